@@ -1,0 +1,65 @@
+"""Reference models for demos and benchmarks (tf_keras; build them under ``strategy.scope()``).
+
+>>> import tf_hetero.models as M                                      # doctest: +SKIP
+>>> model = M.mlp(input_shape=(8, 8, 1), num_classes=10)
+>>> model.output_shape
+(None, 10)
+
+Each builder returns an uncompiled ``tf_keras`` model whose last layer gives logits (compile
+with ``from_logits=True``). The default input shape fits the offline default data set
+(:func:`tf_hetero.data.load` ``("digits")``: 8x8 grey images, 10 classes).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+__all__ = ["mlp", "cnn", "build", "MODELS"]
+
+
+def _init(seed: int, layer: int):
+    """A seeded initializer per layer: one shared seeded initializer would give layers of the
+    same shape identical starting weights."""
+    import tf_keras as keras
+
+    return keras.initializers.GlorotUniform(seed=seed * 1000 + layer)
+
+
+def mlp(input_shape: Sequence[int] = (8, 8, 1), num_classes: int = 10,
+        hidden: Sequence[int] = (128, 64), seed: int = 0):
+    """A multilayer perceptron: flatten, ReLU dense layers, logits."""
+    import tf_keras as keras
+
+    layers = [keras.layers.Flatten(input_shape=tuple(input_shape))]
+    layers += [keras.layers.Dense(h, activation="relu", kernel_initializer=_init(seed, i))
+               for i, h in enumerate(hidden)]
+    layers.append(keras.layers.Dense(num_classes, kernel_initializer=_init(seed, len(hidden))))
+    return keras.Sequential(layers, name="mlp")
+
+
+def cnn(input_shape: Sequence[int] = (8, 8, 1), num_classes: int = 10,
+        filters: Sequence[int] = (16, 32), dense: int = 64, seed: int = 0):
+    """A small CNN: 3x3 conv blocks with 2x2 max-pooling, a dense layer, logits."""
+    import tf_keras as keras
+
+    layers = [keras.layers.InputLayer(input_shape=tuple(input_shape))]
+    for i, f in enumerate(filters):
+        layers += [keras.layers.Conv2D(f, 3, padding="same", activation="relu",
+                                       kernel_initializer=_init(seed, i)),
+                   keras.layers.MaxPooling2D(2, padding="same")]
+    k = len(filters)
+    layers += [keras.layers.Flatten(),
+               keras.layers.Dense(dense, activation="relu", kernel_initializer=_init(seed, k)),
+               keras.layers.Dense(num_classes, kernel_initializer=_init(seed, k + 1))]
+    return keras.Sequential(layers, name="cnn")
+
+
+MODELS = {"mlp": mlp, "cnn": cnn}
+
+
+def build(name: str, **kwargs):
+    """Builds a reference model by name (``"mlp"`` or ``"cnn"``)."""
+    try:
+        return MODELS[name](**kwargs)
+    except KeyError:
+        raise ValueError(f"Unknown model {name!r}. Fix: use one of {sorted(MODELS)}.") from None

@@ -1,0 +1,97 @@
+"""Specification of the cluster performance arithmetic (pure Python)."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+from tf_hetero import metrics
+from tf_hetero.metrics import bsp_efficiency_bound, capacities, efficiency, ideal_samples_per_sec
+
+
+def test_capacity_is_batch_size_over_task_seconds():
+    assert capacities(32, 100.0, [1, 2, 4]) == pytest.approx([320.0, 160.0, 80.0])
+
+
+def test_capacities_reject_a_cluster_without_workers():
+    with pytest.raises(ValueError, match=r"^slowdowns must be a non-empty list.*received \[\]\.$"):
+        capacities(32, 100.0, [])
+
+
+def test_ideal_throughput_is_the_sum_of_capacities():
+    assert ideal_samples_per_sec(32, 100.0, [1, 1, 1, 4]) == pytest.approx(1040.0)
+
+
+def test_ideal_throughput_of_a_uniform_cluster_is_n_times_one_worker():
+    assert ideal_samples_per_sec(64, 50.0, [1.0] * 8) == pytest.approx(8 * 64 / 0.05)
+
+
+def test_ideal_throughput_is_a_float():
+    assert isinstance(ideal_samples_per_sec(32, 100.0, [1]), float)
+
+
+@pytest.mark.parametrize("batch_size, base_ms", [(0, 100.0), (-1, 100.0), (32, 0.0), (32, -5.0)])
+def test_capacities_reject_non_positive_batch_size_or_base_ms(batch_size, base_ms):
+    with pytest.raises(ValueError, match=r"^need batch_size > 0 and base_ms > 0; received "):
+        capacities(batch_size, base_ms, [1.0])
+
+
+def test_ideal_throughput_rejects_non_positive_batch_size():
+    with pytest.raises(ValueError, match=r"^need batch_size > 0 and base_ms > 0; received 0, 100\.0\.$"):
+        ideal_samples_per_sec(0, 100.0, [1.0])
+
+
+def test_efficiency_is_measured_over_ideal():
+    assert efficiency(520.0, 1040.0) == 0.5
+    assert efficiency(1040.0, 1040.0) == 1.0
+
+
+@pytest.mark.parametrize("ideal", [0.0, -1.0])
+def test_efficiency_rejects_non_positive_ideal(ideal):
+    with pytest.raises(ValueError, match=rf"^ideal throughput must be > 0; received {ideal!r}\.$"):
+        efficiency(10.0, ideal)
+
+
+def test_bsp_bound_with_one_4x_worker_of_four():
+    assert bsp_efficiency_bound([1, 1, 1, 4]) == pytest.approx(4 / 13)
+    assert round(bsp_efficiency_bound([1, 1, 1, 4]), 4) == 0.3077
+
+
+@pytest.mark.parametrize("n", [1, 2, 8])
+def test_bsp_bound_of_a_uniform_cluster_is_1(n):
+    assert bsp_efficiency_bound([1.0] * n) == pytest.approx(1.0)
+    assert bsp_efficiency_bound([3.0] * n) == pytest.approx(1.0)
+
+
+def test_bsp_bound_does_not_depend_on_worker_order():
+    assert bsp_efficiency_bound([4, 1, 2, 1]) == pytest.approx(bsp_efficiency_bound([1, 1, 2, 4]))
+
+
+def test_bsp_bound_equals_throughput_of_slowest_paced_rounds_over_ideal():
+    slowdowns = [1, 2, 4]
+    bsp = len(slowdowns) * 32 / (0.1 * max(slowdowns))  # every worker waits for the slowest
+    assert bsp_efficiency_bound(slowdowns) == pytest.approx(
+        efficiency(bsp, ideal_samples_per_sec(32, 100.0, slowdowns)))
+
+
+def test_bsp_bound_rejects_no_workers():
+    with pytest.raises(ValueError):
+        bsp_efficiency_bound([])
+
+
+@pytest.mark.parametrize("slowdowns", [[1, 0], [1, -2]])
+def test_bsp_bound_rejects_non_positive_slowdowns(slowdowns):
+    with pytest.raises(ValueError):
+        bsp_efficiency_bound(slowdowns)
+
+
+@pytest.mark.parametrize("slowdowns", [[1, 0], [1, -2]])
+def test_capacities_reject_non_positive_slowdowns(slowdowns):
+    with pytest.raises(ValueError):
+        capacities(32, 100.0, slowdowns)
+
+
+def test_docstring_examples_hold():
+    results = doctest.testmod(metrics)
+    assert results.attempted > 0 and results.failed == 0

@@ -1,0 +1,52 @@
+"""The Colab notebooks run top to bottom (small settings) in a fresh kernel."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.cluster
+
+#: Bound on one notebook run; an in-process cluster and a short fit take ~30 s here.
+NOTEBOOK_TIMEOUT_S = 600
+
+SMALL = {
+    "quickstart.ipynb": 'WORKERS = 3\nPS = 1\nPROFILE = "slow=2:3;base_ms=60"\nDATASET = "digits"\n'
+                        "EPOCHS = 1\nSTEPS_PER_EPOCH = 24\nBATCH_SIZE = 16\n",
+}
+
+
+def run_notebook(name: str, parameters: str, cwd: str):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(os.path.join(REPO, "colab", name), as_version=4)
+    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1, f"{name} needs exactly one cell tagged 'parameters'"
+    params[0].source = parameters
+    NotebookClient(nb, timeout=NOTEBOOK_TIMEOUT_S, kernel_name="python3",
+                   resources={"metadata": {"path": cwd}}).execute()
+    return nb
+
+
+def outputs(nb, output_type=None):
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if output_type is None or out.output_type == output_type:
+                yield out
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_notebook_runs_and_shows_plot(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    nb = run_notebook(name, SMALL[name], str(tmp_path))
+    assert not list(outputs(nb, "error"))
+    images = [o for o in outputs(nb) if "image/png" in o.get("data", {})]
+    assert images, "the notebook shows no plot"
+    text = "".join(o.get("text", "") for o in outputs(nb, "stream"))
+    assert "epoch 1/1 done" in text
+    tables = "".join(o["data"].get("text/markdown", "") for o in outputs(nb, "display_data"))
+    assert "| worker |" in tables and "efficiency" in tables

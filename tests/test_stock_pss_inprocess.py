@@ -1,0 +1,76 @@
+"""model.fit under the stock ParameterServerStrategy on one in-process LocalCluster, with
+heterogeneity emulation, task timing and progress output. One cluster and one fit per module."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+WORKERS, EPOCHS, STEPS, BATCH = 4, 2, 30, 16
+PROFILE = "slow=3:3;base_ms=80"
+
+
+@pytest.fixture(scope="module")
+def trained():
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import tf_hetero
+
+    cluster = tf_hetero.LocalCluster(WORKERS, 1, profile=PROFILE, processes=False).start()
+    strategy = tf.distribute.ParameterServerStrategy(cluster.resolver)
+    train = tf_hetero.data.load("digits", "train")
+    with strategy.scope():
+        model = tf_hetero.models.mlp(input_shape=train.input_shape)
+        model.compile(keras.optimizers.Adam(2e-3),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    device = tf_hetero.emulate(model, cluster.profile, strategy=strategy)
+    log = tf_hetero.TaskLog.for_strategy(strategy)
+    out = io.StringIO()
+    history = model.fit(
+        keras.utils.experimental.DatasetCreator(
+            tf_hetero.data.dataset_fn(batch_size=BATCH, num_workers=WORKERS, data=train)),
+        epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0,
+        callbacks=[tf_hetero.Progress(interval_s=0.5, task_log=log, stream=out)])
+    test = tf_hetero.data.load("digits", "test")
+    accuracy = float(np.mean(np.argmax(model(test.x).numpy(), axis=1) == test.y))
+    return dict(cluster=cluster, strategy=strategy, device=device, log=log, out=out.getvalue(),
+                history=history.history, accuracy=accuracy)
+
+
+def test_every_scheduled_task_runs_once_and_is_logged(trained):
+    assert len(trained["log"]) == EPOCHS * STEPS
+    assert sum(trained["device"].tasks_per_worker()) == EPOCHS * STEPS
+    assert trained["device"].tasks_per_worker() == trained["log"].counts(WORKERS)
+
+
+def test_measured_slowdown_ratio_matches_profile(trained):
+    """Worker 3 is configured 3x slower: its median task time is 3x within 15%."""
+    from tf_hetero.tasklog import measured_ratios
+
+    ratios = measured_ratios(trained["log"].stats(WORKERS, skip_first=1))
+    assert ratios[3] == pytest.approx(3.0, rel=0.15), ratios
+    for w in range(3):
+        assert ratios[w] == pytest.approx(1.0, rel=0.15), ratios
+
+
+def test_slow_worker_runs_fewer_tasks_under_async_pss(trained):
+    counts = trained["log"].counts(WORKERS)
+    assert counts[3] < min(counts[:3]), counts
+
+
+def test_progress_prints_task_lines_and_one_line_per_epoch(trained):
+    out = trained["out"]
+    assert "per worker" in out and f"/{EPOCHS * STEPS}" in out
+    assert out.count("done in") == EPOCHS
+    assert "loss" in out
+
+
+def test_training_reduces_loss(trained):
+    loss = trained["history"]["loss"]
+    assert loss[-1] < loss[0]
+    assert trained["accuracy"] > 0.5

@@ -1,0 +1,3 @@
+from tf_hetero.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,210 @@
+"""The ``tf-hetero`` command.
+
+    tf-hetero launch [-- PROGRAM ARGS...]     serve this process's TF_CONFIG role
+    tf-hetero run --workers N --ps M [--profile SPEC] -- PROGRAM ARGS...
+                                              a whole local cluster, PROGRAM as chief
+    tf-hetero demo [--workers 4 --ps 2 --profile slow=3:4 ...]
+
+``launch``: as worker/ps, start the server and block until SIGTERM/SIGINT (exit 0); as chief,
+replace this process with PROGRAM; as evaluator, say it is not used and exit 0. TF_CONFIG is
+validated first; a bad one exits 2 with a one-line error.
+
+``run``: start ``N`` worker and ``M`` PS processes on 127.0.0.1, each with its own TF_CONFIG,
+then PROGRAM with the chief's TF_CONFIG and ``TF_HETERO_PROFILE``. When PROGRAM exits, fails,
+or ``run`` gets Ctrl-C/SIGTERM, every process it started is stopped; its exit code is
+PROGRAM's (130 after Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+__all__ = ["main"]
+
+#: Seconds PROGRAM gets to exit after the SIGINT that ``run`` forwards, before SIGTERM, and
+#: again before SIGKILL.
+PROGRAM_GRACE_S = 10.0
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _command(args) -> list[str]:
+    cmd = list(args.command or [])
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    return cmd
+
+
+def cmd_launch(args) -> int:
+    from tf_hetero.launch import serve
+    from tf_hetero.tf_config import parse_tf_config
+
+    config = parse_tf_config()
+    role = config.task.role
+    if role in ("worker", "ps"):
+        code = serve(config)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # skip TF's teardown of a server that cannot be stopped
+    if role == "evaluator":
+        print("tf-hetero: TF_CONFIG task type 'evaluator' is accepted but not used for training "
+              "by tf-hetero; exiting.", flush=True)
+        return 0
+    cmd = _command(args)
+    if not cmd:
+        raise _UsageError("this process is the chief (TF_CONFIG task type 'chief') but no training "
+                          "program was given. Fix: tf-hetero launch -- python train.py")
+    try:
+        os.execvp(cmd[0], cmd)
+    except FileNotFoundError:
+        raise _UsageError(f"training program {cmd[0]!r} not found. Fix: give a command on PATH "
+                          "or a path to an executable.") from None
+
+
+def cmd_run(args) -> int:
+    from tf_hetero.cluster import LocalCluster, _die_with_parent
+
+    cmd = _command(args)
+    if not cmd:
+        raise _UsageError("no training program given. Fix: tf-hetero run --workers 4 --ps 2 -- "
+                          "python train.py")
+    interrupted: list[int] = []
+
+    def on_signal(signum, _frame):
+        interrupted.append(signum)
+
+    try:
+        cluster = LocalCluster(args.workers, args.ps, profile=args.profile, processes=True,
+                               log_dir=args.log_dir, start_timeout=args.start_timeout)
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    program = None
+    try:
+        print(f"tf-hetero run: starting {args.workers} workers and {args.ps} PS on 127.0.0.1",
+              flush=True)
+        cluster.start()
+        if interrupted:
+            return 130
+        print(f"tf-hetero run: cluster up (server logs in {cluster.log_dir}); running: "
+              f"{' '.join(cmd)}", flush=True)
+        try:
+            program = subprocess.Popen(cmd, env=cluster.chief_env(), start_new_session=True,
+                                       preexec_fn=_die_with_parent)
+        except FileNotFoundError:
+            raise _UsageError(f"training program {cmd[0]!r} not found.") from None
+        forwarded_at = None
+        while program.poll() is None:
+            if interrupted and forwarded_at is None:
+                forwarded_at = time.monotonic()
+                _signal_group(program, signal.SIGINT)
+            elif forwarded_at is not None and time.monotonic() - forwarded_at > PROGRAM_GRACE_S:
+                break
+            time.sleep(0.1)
+        if interrupted:
+            return 130
+        return program.returncode if program.returncode >= 0 else 128 - program.returncode
+    finally:
+        if program is not None:
+            _stop_group(program)
+        cluster.stop()
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        print("tf-hetero run: cluster stopped", flush=True)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stops the program and everything it started in its session (SIGTERM, then SIGKILL)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        _signal_group(proc, sig)
+        try:
+            proc.wait(timeout=PROGRAM_GRACE_S)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    _signal_group(proc, signal.SIGKILL)  # grandchildren left in the group
+
+
+def cmd_demo(args) -> int:
+    from tf_hetero.demo import DemoConfig, run_demo
+
+    try:
+        cfg = DemoConfig(workers=args.workers, ps=args.ps, profile=args.profile,
+                         model=args.model, epochs=args.epochs,
+                         steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
+                         out_dir=args.out_dir, processes=not args.in_process,
+                         strategy=args.strategy)
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
+    run_demo(cfg)
+    # Exit without TensorFlow's teardown: the cluster is already stopped, and the eager
+    # context would otherwise try to remove its functions from the dead servers and log a
+    # screenful of "failed to connect" errors.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tf-hetero", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    launch = sub.add_parser("launch", help="serve this process's TF_CONFIG role")
+    launch.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS (chief)")
+    launch.set_defaults(fn=cmd_launch)
+
+    run = sub.add_parser("run", help="run PROGRAM as chief of a local multi-process cluster")
+    run.add_argument("--workers", type=int, default=2)
+    run.add_argument("--ps", type=int, default=1)
+    run.add_argument("--profile", default=None,
+                     help="heterogeneity profile: inline spec (e.g. 'slow=3:4') or JSON file")
+    run.add_argument("--log-dir", default=None, help="server logs (default: a temporary folder)")
+    run.add_argument("--start-timeout", type=float, default=120.0,
+                     help="seconds to wait for the servers to listen")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
+    run.set_defaults(fn=cmd_run)
+
+    demo = sub.add_parser("demo", help="heterogeneous local cluster demo with model.fit")
+    demo.add_argument("--workers", type=int, default=4)
+    demo.add_argument("--ps", type=int, default=2)
+    demo.add_argument("--profile", default="slow=3:4")
+    demo.add_argument("--strategy", default="pss")
+    demo.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    demo.add_argument("--epochs", type=int, default=4)
+    demo.add_argument("--steps-per-epoch", type=int, default=100)
+    demo.add_argument("--batch-size", type=int, default=32)
+    demo.add_argument("--out-dir", default="runs/demo")
+    demo.add_argument("--in-process", action="store_true",
+                      help="servers inside this process instead of separate processes")
+    demo.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from tf_hetero.profile import ProfileError
+    from tf_hetero.tf_config import TFConfigError
+
+    try:
+        return args.fn(args) or 0
+    except (_UsageError, TFConfigError, ProfileError) as e:
+        print(f"tf-hetero {args.cmd}: error: {e}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,277 @@
+"""A whole PS cluster on localhost: the ``torchrun`` of tf.distribute.
+
+:class:`LocalCluster` starts one ``tf.distribute.Server`` per worker and PS task, either as
+separate OS processes (``processes=True``, the default: each runs ``tf-hetero launch`` with its
+own ``TF_CONFIG``, exactly as on a real cluster) or inside the calling process
+(``processes=False``: quick, for notebooks). The calling process is the chief (coordinator).
+
+>>> import tf_hetero, tensorflow as tf                         # doctest: +SKIP
+>>> with tf_hetero.LocalCluster(num_workers=4, num_ps=2, profile="slow=3:4") as cluster:
+...     strategy = tf.distribute.ParameterServerStrategy(cluster.resolver)
+...     ...  # build, tf_hetero.emulate(model, cluster.profile, strategy=strategy), model.fit
+
+Servers listen on 127.0.0.1 only. Process-mode servers are torn down on ``stop()``/exit, and
+die with the process that started them even if it is killed (``PR_SET_PDEATHSIG``).
+In-process servers cannot be stopped (TensorFlow has no server shutdown): they live until the
+process exits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Mapping, Sequence
+
+from tf_hetero.profile import PROFILE_ENV, Profile
+from tf_hetero.tf_config import make_tf_config, validate_cluster
+
+__all__ = ["LocalCluster", "ClusterStartError", "pick_ports"]
+
+#: Seconds a server process may take to listen on its port. Measured: ~3-6 s for a cold
+#: TensorFlow import on the 2-core dev machine, ~15 s with six processes starting at once.
+DEFAULT_START_TIMEOUT_S = 120.0
+#: Seconds a server gets between SIGTERM and SIGKILL on teardown.
+STOP_GRACE_S = 5.0
+
+
+class ClusterStartError(RuntimeError):
+    """A local server did not come up; the message carries the end of its log."""
+
+
+def pick_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct free TCP ports on ``host``."""
+    import portpicker  # local import: only the launcher needs it
+
+    ports: list[int] = []
+    while len(ports) < n:
+        p = portpicker.pick_unused_port()
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _listening(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+class LocalCluster:
+    """A chief (this process), ``num_workers`` workers and ``num_ps`` PS tasks on localhost.
+
+    Args:
+      num_workers: worker tasks (>= 1).
+      num_ps: parameter-server tasks (>= 1).
+      profile: heterogeneity profile (inline spec, JSON path, dict or
+        :class:`~tf_hetero.profile.Profile`) for :func:`tf_hetero.emulate`; exported to the
+        chief program as ``TF_HETERO_PROFILE`` by :meth:`chief_env`.
+      processes: one OS process per server (``True``) or servers inside this process.
+      start_timeout: seconds to wait for every server to listen before giving up.
+      log_dir: where process-mode servers write their logs (a temporary folder by default).
+
+    Attributes:
+      resolver: a ``SimpleClusterResolver`` for ``tf.distribute.ParameterServerStrategy``.
+      cluster_spec: ``{"chief": [...], "worker": [...], "ps": [...]}`` addresses.
+    """
+
+    def __init__(self, num_workers: int = 2, num_ps: int = 1, *, profile=None,
+                 processes: bool = True, start_timeout: float = DEFAULT_START_TIMEOUT_S,
+                 log_dir: str | None = None, host: str = "127.0.0.1"):
+        for name, value in (("num_workers", num_workers), ("num_ps", num_ps)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"LocalCluster({name}={value!r}): need an integer >= 1.")
+        if start_timeout <= 0:
+            raise ValueError(f"LocalCluster(start_timeout={start_timeout!r}): need seconds > 0.")
+        self.num_workers, self.num_ps = num_workers, num_ps
+        self.profile = Profile.parse(profile)
+        self.profile.check_workers(num_workers)
+        self.processes = processes
+        self.start_timeout = float(start_timeout)
+        self.host = host
+        self.log_dir = log_dir
+        ports = pick_ports(1 + num_workers + num_ps, host)
+        addr = [f"{host}:{p}" for p in ports]
+        self.cluster_spec: dict[str, list[str]] = {
+            "chief": addr[:1],
+            "worker": addr[1:1 + num_workers],
+            "ps": addr[1 + num_workers:],
+        }
+        validate_cluster(self.cluster_spec)
+        self._procs: dict[tuple[str, int], subprocess.Popen] = {}
+        self._servers: list = []  # in-process tf.distribute.Server objects
+        self._started = False
+
+    # ---------------------------------------------------------------- lifecycle
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        mode = "processes" if self.processes else "in-process"
+        return (f"LocalCluster(num_workers={self.num_workers}, num_ps={self.num_ps}, "
+                f"profile={self.profile.spec()!r}, {mode}, started={self._started})")
+
+    def start(self) -> "LocalCluster":
+        """Starts every worker and PS server and waits until each one listens."""
+        if self._started:
+            return self
+        if self.processes:
+            if self.log_dir is None:
+                self.log_dir = tempfile.mkdtemp(prefix="tf_hetero_cluster_")
+            os.makedirs(self.log_dir, exist_ok=True)
+            try:
+                for role in ("ps", "worker"):
+                    for i in range(len(self.cluster_spec[role])):
+                        self._spawn(role, i)
+                self._wait_listening(list(self._procs))
+            except BaseException:
+                self.stop()
+                raise
+        else:
+            self._start_in_process()
+        self._started = True
+        return self
+
+    def stop(self) -> None:
+        """Terminates process-mode servers (SIGTERM, then SIGKILL after a grace period)."""
+        procs = list(self._procs.values())
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=STOP_GRACE_S)
+        self._procs.clear()
+        self._started = False
+
+    # ------------------------------------------------------------------ access
+    @property
+    def resolver(self):
+        import tensorflow as tf
+
+        spec = tf.train.ClusterSpec(self.cluster_spec)
+        return tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+
+    def tf_config(self, role: str, index: int = 0) -> str:
+        """The ``TF_CONFIG`` JSON of one task of this cluster."""
+        return make_tf_config(self.cluster_spec, role, index)
+
+    def chief_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Environment for a chief training program: ``TF_CONFIG`` and the profile."""
+        env = dict(os.environ if base is None else base)
+        env["TF_CONFIG"] = self.tf_config("chief", 0)
+        env[PROFILE_ENV] = self.profile.spec()
+        return env
+
+    def pids(self) -> list[int]:
+        """PIDs of the live process-mode servers."""
+        return [p.pid for p in self._procs.values() if p.poll() is None]
+
+    def log_path(self, role: str, index: int) -> str:
+        return os.path.join(self.log_dir or "", f"{role}-{index}.log")
+
+    # ------------------------------------------------- failures (process mode)
+    def kill(self, role: str, index: int, sig: int = signal.SIGKILL) -> None:
+        """Kills one server process (for failure experiments and tests)."""
+        proc = self._proc(role, index)
+        proc.send_signal(sig)
+        proc.wait(timeout=STOP_GRACE_S * 2)
+
+    def restart(self, role: str, index: int) -> None:
+        """Starts a killed server again on the same address and waits until it listens."""
+        proc = self._proc(role, index)
+        if proc.poll() is None:
+            raise RuntimeError(f"{role} {index} (pid {proc.pid}) is still running; kill it first.")
+        self._spawn(role, index)
+        self._wait_listening([(role, index)])
+
+    def _proc(self, role: str, index: int) -> subprocess.Popen:
+        if not self.processes:
+            raise RuntimeError("kill/restart need LocalCluster(processes=True): in-process "
+                               "servers cannot be stopped.")
+        try:
+            return self._procs[(role, index)]
+        except KeyError:
+            raise ValueError(f"No {role} task {index} in this cluster; it has "
+                             f"{len(self.cluster_spec.get(role, []))} {role} tasks.") from None
+
+    # ---------------------------------------------------------------- internals
+    def _spawn(self, role: str, index: int) -> None:
+        env = dict(os.environ)
+        env["TF_CONFIG"] = self.tf_config(role, index)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        # Make the package importable in the child even when it is used from a source tree.
+        pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root, env.get("PYTHONPATH")]))
+        log = open(self.log_path(role, index), "ab")
+        try:
+            self._procs[(role, index)] = subprocess.Popen(
+                [sys.executable, "-m", "tf_hetero.cli", "launch"], env=env,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent)
+        finally:
+            log.close()
+
+    def _wait_listening(self, tasks: Sequence[tuple[str, int]]) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        pending = list(tasks)
+        while pending:
+            role, index = pending[0]
+            proc = self._procs[(role, index)]
+            host, port = self.cluster_spec[role][index].rsplit(":", 1)
+            if proc.poll() is not None:
+                raise ClusterStartError(
+                    f"{role} {index} exited with code {proc.returncode} before listening on "
+                    f"{host}:{port}. Its log ({self.log_path(role, index)}) ends with:\n"
+                    + self._log_tail(role, index))
+            if _listening(host, int(port)):
+                pending.pop(0)
+                continue
+            if time.monotonic() > deadline:
+                raise ClusterStartError(
+                    f"{role} {index} did not listen on {host}:{port} within "
+                    f"{self.start_timeout:.0f} s. Fix: raise start_timeout, or check its log "
+                    f"({self.log_path(role, index)}), which ends with:\n" + self._log_tail(role, index))
+            time.sleep(0.1)
+
+    def _log_tail(self, role: str, index: int, lines: int = 15) -> str:
+        try:
+            with open(self.log_path(role, index), errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _start_in_process(self) -> None:
+        import tensorflow as tf
+
+        spec = tf.train.ClusterSpec(self.cluster_spec)
+        worker_config = tf.compat.v1.ConfigProto()
+        # Without this an in-process cluster hangs on a 2-core machine (TF_INTERNALS.md):
+        # each worker needs an inter-op thread of its own, plus one.
+        worker_config.inter_op_parallelism_threads = self.num_workers + 1
+        for i in range(self.num_workers):
+            self._servers.append(tf.distribute.Server(
+                spec, job_name="worker", task_index=i, config=worker_config,
+                protocol="grpc", start=True))
+        for i in range(self.num_ps):
+            self._servers.append(tf.distribute.Server(
+                spec, job_name="ps", task_index=i, protocol="grpc", start=True))
+

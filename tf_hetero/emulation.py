@@ -1,0 +1,126 @@
+"""Emulated device time: make each worker's training step take as long as its profile says.
+
+:func:`emulate` wraps ``model.train_step`` so that every step, on the worker that runs it,
+lasts at least ``profile.base_ms * slowdown(worker, task)`` milliseconds:
+
+1. a timestamp is taken when the step starts;
+2. the real step runs (forward, backward, optimizer update on the PS tasks);
+3. the step then sleeps for whatever is left of its emulated device time.
+
+The sleep is an op *inside* the worker's step function (a one-element ``SleepDataset`` built
+and drained in the step), so input prefetching cannot hide it, and a sleeping worker burns no
+CPU: four to eight emulated devices behave like separate machines even on two cores. The
+step's real compute counts toward its emulated time, so measured task-time ratios match the
+configured ones as long as ``base_ms`` exceeds the real step time (~10-30 ms here).
+
+The worker's task counter (``t`` in :mod:`tf_hetero.profile`) is a per-worker variable, so
+transient stragglers and step changes follow each worker's own task sequence.
+
+Example (on a cluster; see :class:`tf_hetero.LocalCluster`)::
+
+    with strategy.scope():
+        model = tf_hetero.models.mlp()
+        model.compile("sgd", "sparse_categorical_crossentropy")
+    tf_hetero.emulate(model, "slow=3:4", strategy=strategy)   # worker 3 is 4x slower
+    model.fit(dataset_fn, epochs=1, steps_per_epoch=50)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.data.experimental.ops import testing as _data_testing
+
+from tf_hetero.profile import Profile
+
+__all__ = ["emulate", "EmulatedDevice", "sleep_op"]
+
+
+def sleep_op(microseconds: tf.Tensor) -> tf.Tensor:
+    """An op that blocks the current device for ``microseconds`` (int64 scalar tensor).
+
+    Built from ``SleepDataset`` because TensorFlow has no public sleep op; the dataset is
+    created and drained inside the calling function, so nothing can prefetch it.
+    """
+    ds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
+    ds = ds.apply(_data_testing.sleep(tf.cast(microseconds, tf.int64)))
+    # One get_next only: get_single_element() would probe for a second element and sleep
+    # twice (measured: a 100 ms budget took 200 ms).
+    return next(iter(ds))
+
+
+class EmulatedDevice:
+    """The per-worker state and in-graph formula of a :class:`~tf_hetero.profile.Profile`.
+
+    Create it under ``strategy.scope()`` (it owns a per-worker task counter).
+    """
+
+    def __init__(self, profile: Profile, num_workers: int):
+        self.profile = profile
+        self.num_workers = num_workers
+        const = np.asarray(profile.constant_slowdowns(num_workers), np.float64)
+        change_at, change_factor = profile.change_vectors(num_workers)
+        self._const = tf.constant(const, tf.float64)
+        self._change_at = tf.constant(change_at, tf.int64)
+        self._change_factor = tf.constant(change_factor, tf.float64)
+        self._straggle = tf.constant(profile.straggle_table(num_workers), tf.float64)
+        # One counter per worker: the worker's own task index t.
+        self.task_counter = tf.Variable(
+            tf.constant(0, tf.int64), trainable=False, name="tf_hetero_task_counter",
+            per_worker_variable=True, aggregation=tf.VariableAggregation.NONE)
+
+    def device_microseconds(self) -> tf.Tensor:
+        """Emulated time of the current task on the current worker; advances its counter."""
+        w = tf.distribute.coordinator.experimental_get_current_worker_index()
+        t = self.task_counter.assign_add(1) - 1
+        base = tf.where(t >= self._change_at[w], self._change_factor[w], self._const[w])
+        factor = base * self._straggle[w, t % self.profile.horizon]
+        return tf.cast(factor * self.profile.base_ms * 1000.0, tf.int64)
+
+    def tasks_per_worker(self) -> list[int]:
+        """How many tasks each worker has run (read from the workers)."""
+        return [int(v.numpy()) for v in self.task_counter.read_all()]
+
+    def wrap(self, step_fn):
+        """Wraps a ``train_step(data)`` so it lasts its emulated device time on the worker."""
+
+        def emulated_step(data):
+            start = tf.timestamp()
+            with tf.control_dependencies([start]):
+                data = tf.nest.map_structure(tf.identity, data)
+            budget_us = self.device_microseconds()
+            logs = step_fn(data)
+            with tf.control_dependencies(tf.nest.flatten(logs)):
+                elapsed_us = tf.cast((tf.timestamp() - start) * 1e6, tf.int64)
+                slept = sleep_op(tf.maximum(budget_us - elapsed_us, 0))
+            with tf.control_dependencies([slept]):
+                return tf.nest.map_structure(tf.identity, logs)
+
+        return emulated_step
+
+
+def emulate(model, profile=None, *, strategy=None, num_workers: int | None = None):
+    """Makes ``model``'s training steps take the profile's emulated device time.
+
+    Args:
+      model: a compiled or uncompiled tf_keras model built under ``strategy.scope()``.
+      profile: a :class:`Profile`, an inline spec, a JSON path, or ``None`` for the profile
+        that ``tf-hetero run --profile`` exported (``TF_HETERO_PROFILE``); uniform if unset.
+      strategy: the strategy the model trains under (defaults to the current one); its
+        cluster gives the number of workers.
+      num_workers: overrides the worker count read from the strategy.
+
+    Returns:
+      The :class:`EmulatedDevice` (its ``tasks_per_worker()`` counts tasks per worker).
+    """
+    profile = Profile.from_env() if profile is None else Profile.parse(profile)
+    strategy = strategy or tf.distribute.get_strategy()
+    if num_workers is None:
+        num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
+    with strategy.scope():
+        device = EmulatedDevice(profile, num_workers)
+    model.train_step = device.wrap(model.train_step)
+    # A function traced before the wrap would not sleep: retrace on the next fit.
+    model.train_function = None
+    model._tf_hetero_device = device  # keeps the counter alive with the model
+    return device

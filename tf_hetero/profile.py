@@ -1,0 +1,377 @@
+"""Heterogeneity profiles: how much slower each emulated worker is, task by task.
+
+A profile describes *emulated device time*: the time one training task (one micro-batch
+forward/backward pass) takes on worker ``w`` when it is its ``t``-th task::
+
+    device_ms(w, t) = base_ms * constant(w) * change(w, t) * straggle(w, t)
+
+- ``constant(w)``: a fixed slowdown per worker, given directly (``slowdowns=``/``slow=``) or
+  through hardware classes (``classes=``).
+- ``change(w, t)``: a step change, e.g. worker 3 runs 4x slower from its 200th task on
+  (``change=3@200:4``); it replaces the constant factor from that task on.
+- ``straggle(w, t)``: transient stragglers: with probability ``p`` a task is ``k`` times
+  slower (``straggle=0.1x5``). The draws are a seeded table of ``horizon`` tasks per worker,
+  repeated after that, so a run is reproducible from ``seed``.
+
+This module is pure Python and NumPy; :mod:`tf_hetero.emulation` turns a profile into the
+sleep that runs inside each worker's step.
+
+Inline spec grammar (items separated by ``;``)::
+
+    base_ms=100            emulated device time of one task on a 1x worker (default 100)
+    slowdowns=1,1,1,4      constant factor per worker, in worker-index order
+    slow=3:4,2:2           worker 3 is 4x slower, worker 2 is 2x slower (others 1x)
+    classes=v100:3@1,k80:1@4   hardware classes in worker-index order: NAME:COUNT@FACTOR
+    straggle=0.1x5         each task is 5x slower with probability 0.1
+    change=3@200:4         worker 3 runs at 4x from its task 200 on (repeatable, comma list)
+    seed=0                 seed of the straggler draws
+    horizon=4096           straggler draws per worker before they repeat
+
+A JSON file holds the same keys: ``{"base_ms": 100, "slowdowns": [1, 1, 1, 4],
+"straggle": {"p": 0.1, "k": 5}, "classes": [{"name": "k80", "count": 1, "slowdown": 4}],
+"slow": {"3": 4}, "change": [{"worker": 3, "at_task": 200, "slowdown": 4}], "seed": 0}``.
+
+Example:
+
+>>> p = Profile.parse("slow=3:4;straggle=0.1x5;seed=1")
+>>> p.constant_slowdowns(4)
+(1.0, 1.0, 1.0, 4.0)
+>>> round(p.expected_slowdowns(4)[0], 3)   # 1 + p*(k-1)
+1.4
+>>> Profile.parse("classes=v100:3@1,k80:1@4").class_names(4)
+('v100', 'v100', 'v100', 'k80')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["Profile", "ProfileError", "HardwareClass", "Change", "PROFILE_ENV"]
+
+#: Environment variable through which ``tf-hetero run --profile`` hands the profile to the
+#: training program (the chief), which applies it with :func:`tf_hetero.emulate`.
+PROFILE_ENV = "TF_HETERO_PROFILE"
+
+
+class ProfileError(ValueError):
+    """A heterogeneity profile that cannot be used; the message names the value and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareClass:
+    name: str
+    count: int
+    slowdown: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """From its task ``at_task`` on, ``worker`` runs ``slowdown`` times slower than base."""
+
+    worker: int
+    at_task: int
+    slowdown: float
+
+
+def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ProfileError(f"Profile field {name!r} must be a number; received {value!r}.") from None
+    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ProfileError(f"Profile field {name!r} must be a finite number {bound}; received {value!r}.")
+    return v
+
+
+def _num(x: float) -> str:
+    """Shortest text that parses back to the same float (``4`` rather than ``4.0``)."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
+
+
+_CLASS_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def _index(name: str, value: Any) -> int:
+    try:
+        i = int(str(value))
+    except ValueError:
+        raise ProfileError(
+            f"Profile field {name!r} must be a non-negative integer; received {value!r}.") from None
+    if i < 0:
+        raise ProfileError(f"Profile field {name!r} must be a non-negative integer; received {value!r}.")
+    return i
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """A validated heterogeneity profile. Build one with :meth:`parse` or the constructor."""
+
+    base_ms: float = 100.0
+    slowdowns: tuple[float, ...] = ()
+    slow: tuple[tuple[int, float], ...] = ()
+    classes: tuple[HardwareClass, ...] = ()
+    straggle_p: float = 0.0
+    straggle_k: float = 1.0
+    changes: tuple[Change, ...] = ()
+    seed: int = 0
+    horizon: int = 4096
+
+    def __post_init__(self):
+        _positive("base_ms", self.base_ms)
+        for s in self.slowdowns:
+            _positive("slowdowns", s)
+        for w, s in self.slow:
+            _index("slow worker", w)
+            _positive("slow factor", s)
+        for c in self.classes:
+            if not _CLASS_NAME.match(c.name):
+                raise ProfileError(
+                    f"Hardware class name {c.name!r} may use only letters, digits, '_', '-' and "
+                    "'.'. Fix: rename it, e.g. 'k80'.")
+            _positive(f"classes[{c.name}] factor", c.slowdown)
+            if c.count < 1:
+                raise ProfileError(
+                    f"Hardware class {c.name!r} has count {c.count}; a class needs at least 1 worker.")
+        if sum(bool(x) for x in (self.slowdowns, self.slow, self.classes)) > 1:
+            raise ProfileError(
+                "A profile gives constant slowdowns in one way only; received more than one of "
+                "'slowdowns', 'slow' and 'classes'. Fix: keep one of them.")
+        if not 0.0 <= self.straggle_p <= 1.0:
+            raise ProfileError(
+                f"Straggler probability p must be in [0, 1]; received {self.straggle_p!r}. "
+                "Fix: e.g. straggle=0.1x5.")
+        if not math.isfinite(self.straggle_k) or self.straggle_k < 1.0:
+            raise ProfileError(
+                f"Straggler factor k must be >= 1 (a straggler is slower); received {self.straggle_k!r}.")
+        changed: set[int] = set()
+        for c in self.changes:
+            _index("change worker", c.worker)
+            _index("change at_task", c.at_task)
+            _positive("change slowdown", c.slowdown)
+            if c.worker in changed:
+                raise ProfileError(f"Profile has two changes for worker {c.worker}; only one per "
+                                   "worker is supported. Fix: keep one.")
+            changed.add(c.worker)
+        _index("seed", self.seed)
+        if self.horizon < 1:
+            raise ProfileError(f"Profile horizon must be >= 1; received {self.horizon!r}.")
+
+    # ------------------------------------------------------------------ parsing
+    @classmethod
+    def parse(cls, spec: "str | Mapping | Profile | None") -> "Profile":
+        """Builds a profile from an inline spec, a path to a JSON file, a dict, or ``None``.
+
+        ``None``, ``""`` and ``"uniform"`` give the uniform profile (every worker 1x).
+        """
+        if spec is None or isinstance(spec, Profile):
+            return spec or cls()
+        if isinstance(spec, Mapping):
+            return cls._from_mapping(spec, source="profile dict")
+        text = str(spec).strip()
+        if text in ("", "uniform"):
+            return cls()
+        if text.endswith(".json") or os.path.isfile(text):
+            try:
+                with open(text) as f:
+                    data = json.load(f)
+            except FileNotFoundError:
+                raise ProfileError(f"Profile file {text!r} does not exist. Fix: give an existing "
+                                   "JSON file or an inline spec such as 'slow=3:4'.") from None
+            except json.JSONDecodeError as e:
+                raise ProfileError(f"Profile file {text!r} is not valid JSON ({e}).") from None
+            if not isinstance(data, Mapping):
+                raise ProfileError(f"Profile file {text!r} must hold a JSON object; "
+                                   f"received {type(data).__name__}.")
+            return cls._from_mapping(data, source=text)
+        return cls._from_inline(text)
+
+    @classmethod
+    def _from_inline(cls, text: str) -> "Profile":
+        fields: dict[str, Any] = {}
+        for item in filter(None, (s.strip() for s in text.split(";"))):
+            key, sep, value = item.partition("=")
+            key, value = key.strip(), value.strip()
+            if not sep or not value:
+                raise ProfileError(
+                    f"Profile item {item!r} is not KEY=VALUE. Fix: e.g. 'slow=3:4;straggle=0.1x5'.")
+            try:
+                if key == "base_ms":
+                    fields["base_ms"] = _positive("base_ms", value)
+                elif key == "slowdowns":
+                    fields["slowdowns"] = tuple(_positive("slowdowns", v) for v in value.split(","))
+                elif key == "slow":
+                    pairs = [p.split(":") for p in value.split(",")]
+                    fields["slow"] = tuple((_index("slow worker", w), _positive("slow factor", s))
+                                           for w, s in pairs)
+                elif key == "classes":
+                    classes = []
+                    for part in value.split(","):
+                        name, rest = part.split(":")
+                        count, factor = rest.split("@")
+                        classes.append(HardwareClass(name.strip(), _index("class count", count),
+                                                     _positive("class factor", factor)))
+                    fields["classes"] = tuple(classes)
+                elif key == "straggle":
+                    p, k = value.lower().split("x")
+                    fields["straggle_p"] = _positive("straggle p", p, allow_zero=True)
+                    fields["straggle_k"] = _positive("straggle k", k)
+                elif key == "change":
+                    changes = []
+                    for part in value.split(","):
+                        w, rest = part.split("@")
+                        at, factor = rest.split(":")
+                        changes.append(Change(_index("change worker", w), _index("change at_task", at),
+                                              _positive("change slowdown", factor)))
+                    fields["changes"] = tuple(changes)
+                elif key in ("seed", "horizon"):
+                    fields[key] = _index(key, value)
+                else:
+                    raise ProfileError(
+                        f"Unknown profile key {key!r} in {item!r}. Known keys: base_ms, slowdowns, "
+                        "slow, classes, straggle, change, seed, horizon.")
+            except ValueError as e:  # a split that did not give the expected parts
+                if isinstance(e, ProfileError):
+                    raise
+                raise ProfileError(
+                    f"Profile item {item!r} is malformed. Fix: see the grammar, e.g. "
+                    "'slow=3:4', 'classes=v100:3@1,k80:1@4', 'straggle=0.1x5', 'change=3@200:4'."
+                ) from None
+        return cls(**fields)
+
+    @classmethod
+    def _from_mapping(cls, data: Mapping, source: str) -> "Profile":
+        known = {"base_ms", "slowdowns", "slow", "classes", "straggle", "change", "seed", "horizon"}
+        unknown = set(data) - known
+        if unknown:
+            raise ProfileError(f"Unknown profile key(s) {sorted(unknown)} in {source}. "
+                               f"Known keys: {sorted(known)}.")
+        fields: dict[str, Any] = {}
+        try:
+            if "base_ms" in data:
+                fields["base_ms"] = _positive("base_ms", data["base_ms"])
+            if "slowdowns" in data:
+                fields["slowdowns"] = tuple(_positive("slowdowns", v) for v in data["slowdowns"])
+            if "slow" in data:
+                fields["slow"] = tuple((_index("slow worker", w), _positive("slow factor", s))
+                                       for w, s in dict(data["slow"]).items())
+            if "classes" in data:
+                fields["classes"] = tuple(
+                    HardwareClass(str(c["name"]), _index("class count", c["count"]),
+                                  _positive("class factor", c["slowdown"])) for c in data["classes"])
+            if "straggle" in data:
+                fields["straggle_p"] = _positive("straggle p", data["straggle"]["p"], allow_zero=True)
+                fields["straggle_k"] = _positive("straggle k", data["straggle"]["k"])
+            if "change" in data:
+                fields["changes"] = tuple(
+                    Change(_index("change worker", c["worker"]), _index("change at_task", c["at_task"]),
+                           _positive("change slowdown", c["slowdown"])) for c in data["change"])
+            for key in ("seed", "horizon"):
+                if key in data:
+                    fields[key] = _index(key, data[key])
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ProfileError(f"Profile in {source} is malformed near {e!s}; see the JSON layout "
+                               "in the tf_hetero.profile docstring.") from None
+        return cls(**fields)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> "Profile":
+        """The profile ``tf-hetero run --profile`` exported to this process (uniform if none)."""
+        return cls.parse(env.get(PROFILE_ENV))
+
+    # ----------------------------------------------------------------- queries
+    def spec(self) -> str:
+        """An inline spec that :meth:`parse` turns back into an equal profile."""
+        items = [f"base_ms={_num(self.base_ms)}"]
+        if self.slowdowns:
+            items.append("slowdowns=" + ",".join(_num(s) for s in self.slowdowns))
+        if self.slow:
+            items.append("slow=" + ",".join(f"{w}:{_num(s)}" for w, s in self.slow))
+        if self.classes:
+            items.append("classes=" + ",".join(f"{c.name}:{c.count}@{_num(c.slowdown)}"
+                                               for c in self.classes))
+        if self.straggle_p or self.straggle_k != 1.0:
+            items.append(f"straggle={_num(self.straggle_p)}x{_num(self.straggle_k)}")
+        if self.changes:
+            items.append("change=" + ",".join(f"{c.worker}@{c.at_task}:{_num(c.slowdown)}"
+                                              for c in self.changes))
+        items += [f"seed={self.seed}", f"horizon={self.horizon}"]
+        return ";".join(items)
+
+    def check_workers(self, num_workers: int) -> None:
+        """Raises :class:`ProfileError` if the profile does not fit ``num_workers`` workers."""
+        if self.slowdowns and len(self.slowdowns) != num_workers:
+            raise ProfileError(
+                f"Profile 'slowdowns' lists {len(self.slowdowns)} factors but the cluster has "
+                f"{num_workers} workers. Fix: give exactly {num_workers} factors, or use 'slow=W:F'.")
+        n_class = sum(c.count for c in self.classes)
+        if self.classes and n_class != num_workers:
+            raise ProfileError(
+                f"Profile 'classes' covers {n_class} workers but the cluster has {num_workers}. "
+                f"Fix: make the class counts add up to {num_workers}.")
+        for w in [w for w, _ in self.slow] + [c.worker for c in self.changes]:
+            if w >= num_workers:
+                raise ProfileError(
+                    f"Profile names worker {w} but the cluster has workers 0-{num_workers - 1}. "
+                    "Fix: use an index in that range.")
+
+    def constant_slowdowns(self, num_workers: int) -> tuple[float, ...]:
+        """The constant factor of each worker (before changes and transient stragglers)."""
+        self.check_workers(num_workers)
+        if self.slowdowns:
+            return tuple(float(s) for s in self.slowdowns)
+        if self.classes:
+            return tuple(float(c.slowdown) for c in self.classes for _ in range(c.count))
+        out = [1.0] * num_workers
+        for w, s in self.slow:
+            out[w] = float(s)
+        return tuple(out)
+
+    def class_names(self, num_workers: int) -> tuple[str, ...]:
+        """Hardware class of each worker (``"x<factor>"`` when no classes are named)."""
+        if self.classes:
+            self.check_workers(num_workers)
+            return tuple(c.name for c in self.classes for _ in range(c.count))
+        return tuple(f"x{s:g}" for s in self.constant_slowdowns(num_workers))
+
+    def change_vectors(self, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per worker: task index at which its change starts (huge if none), and the new factor.
+
+        """
+        self.check_workers(num_workers)
+        at = np.full(num_workers, np.iinfo(np.int64).max, dtype=np.int64)
+        factor = np.ones(num_workers, dtype=np.float64)
+        for c in self.changes:  # at most one per worker (checked in __post_init__)
+            at[c.worker], factor[c.worker] = c.at_task, c.slowdown
+        return at, factor
+
+    def straggle_table(self, num_workers: int) -> np.ndarray:
+        """``[num_workers, horizon]`` transient factors (1 or k), seeded and reproducible."""
+        rng = np.random.default_rng(self.seed)
+        hits = rng.random((num_workers, self.horizon)) < self.straggle_p
+        return np.where(hits, self.straggle_k, 1.0)
+
+    def slowdown(self, worker: int, task: int, num_workers: int) -> float:
+        """Total factor of worker ``worker``'s ``task``-th task (what emulation applies)."""
+        if not 0 <= worker < num_workers or task < 0:
+            raise ProfileError(f"slowdown(worker={worker}, task={task}): need 0 <= worker < "
+                               f"{num_workers} and task >= 0.")
+        const = self.constant_slowdowns(num_workers)[worker]
+        at, factor = self.change_vectors(num_workers)
+        base = factor[worker] if task >= at[worker] else const
+        return float(base * self.straggle_table(num_workers)[worker, task % self.horizon])
+
+    def expected_slowdowns(self, num_workers: int, task: int = 0) -> tuple[float, ...]:
+        """Expected factor per worker at task index ``task`` (transient stragglers averaged)."""
+        const = np.asarray(self.constant_slowdowns(num_workers))
+        at, factor = self.change_vectors(num_workers)
+        base = np.where(task >= at, factor, const)
+        return tuple(float(x) for x in base * (1.0 + self.straggle_p * (self.straggle_k - 1.0)))
