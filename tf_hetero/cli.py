@@ -196,6 +196,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # TensorFlow's C++ INFO/WARNING lines (CUDA probing, oneDNN notes) drown the output of a
+    # CPU cluster; errors still show. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tf_hetero.profile import ProfileError
     from tf_hetero.tf_config import TFConfigError
 
