@@ -1,12 +1,16 @@
-"""tf.distribute glue: strategy, extended and coordinator subclasses, and the named strategies.
+"""tf.distribute glue: the strategy, its Extended and coordinator, and the named strategies.
 
-The round engine and named strategies arrive with the round-engine issue. Until then this
-package offers the stock reference strategy under the name the demo and benchmarks use.
+Re-exported from :mod:`tf_hetero` (``tf_hetero.BSPStrategy`` etc.).
 """
 
 from __future__ import annotations
 
-__all__ = ["stock_parameter_server_strategy"]
+from tf_hetero.strategies.strategy import (ASP, BackupWorkerStrategy, BSPStrategy, EngineConfig,
+                                           HeteroExtended, HeteroStrategy, SSPStrategy)
+
+__all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "ASP", "BSPStrategy",
+           "BackupWorkerStrategy", "SSPStrategy", "stock_parameter_server_strategy",
+           "ParameterServerError"]
 
 
 def stock_parameter_server_strategy(cluster_resolver):
@@ -14,3 +18,11 @@ def stock_parameter_server_strategy(cluster_resolver):
     import tensorflow as tf
 
     return tf.distribute.ParameterServerStrategy(cluster_resolver)
+
+
+def __getattr__(name):
+    if name == "ParameterServerError":
+        from tf_hetero.strategies.coordinator import ParameterServerError
+
+        return ParameterServerError
+    raise AttributeError(name)

@@ -6,7 +6,10 @@ modules work without importing TensorFlow):
 - cluster launch: :class:`LocalCluster`, :func:`run`, :func:`serve`, :func:`cluster_resolver`,
   :func:`parse_tf_config`, :class:`TFConfigError`
 - heterogeneity emulation: :class:`Profile`, :func:`emulate`
-- measurement and progress: :class:`TaskLog`, :class:`Progress`
+- strategies: :class:`HeteroStrategy` and the presets :func:`ASP`, :func:`BSPStrategy`,
+  :func:`BackupWorkerStrategy`, :func:`SSPStrategy`
+- measurement and progress: :class:`Monitor`, :class:`MonitorLogs`, :class:`TaskLog`,
+  :class:`Progress`
 - subpackages: :mod:`tf_hetero.models`, :mod:`tf_hetero.strategies`, :mod:`tf_hetero.data`
 
 >>> import tf_hetero
@@ -34,6 +37,15 @@ _EXPORTS = {
     "emulate": "tf_hetero.emulation",
     "TaskLog": "tf_hetero.tasklog",
     "Progress": "tf_hetero.progress",
+    "MonitorLogs": "tf_hetero.progress",
+    "Monitor": "tf_hetero.monitor",
+    "HeteroStrategy": "tf_hetero.strategies",
+    "EngineConfig": "tf_hetero.strategies",
+    "ASP": "tf_hetero.strategies",
+    "BSPStrategy": "tf_hetero.strategies",
+    "BackupWorkerStrategy": "tf_hetero.strategies",
+    "SSPStrategy": "tf_hetero.strategies",
+    "ParameterServerError": "tf_hetero.strategies",
 }
 _SUBPACKAGES = ("models", "strategies", "data", "metrics")
 

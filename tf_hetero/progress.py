@@ -25,7 +25,7 @@ import tf_keras as keras
 
 from tf_hetero.tasklog import TaskLog
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "MonitorLogs"]
 
 
 class Progress(keras.callbacks.Callback):
@@ -109,3 +109,26 @@ def _is_number(v) -> bool:
         return True
     except (TypeError, ValueError):
         return False
+
+
+class MonitorLogs(keras.callbacks.Callback):
+    """Adds the epoch's monitor summary to the epoch logs as ``tf_hetero/<name>``.
+
+    Put it *before* ``TensorBoard`` (and ``CSVLogger``) in ``callbacks`` so they record it::
+
+        model.fit(..., callbacks=[tf_hetero.MonitorLogs(strategy), keras.callbacks.TensorBoard(d)])
+    """
+
+    def __init__(self, strategy_or_monitor):
+        super().__init__()
+        self.monitor = getattr(strategy_or_monitor, "monitor", strategy_or_monitor)
+        self._since = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._since = self.monitor.clock()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        for key, value in self.monitor.summary(since=self._since).items():
+            logs[f"tf_hetero/{key}"] = value

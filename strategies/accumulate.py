@@ -1,0 +1,180 @@
+"""PS-resident gradient accumulators and the trace-time switch that fills them.
+
+How a synchronous round works (TF glue; the round logic itself is in :mod:`tf_hetero.engine`):
+
+1. While the round engine traces a training task, :func:`accumulating` replaces
+   ``apply_gradients`` of every tf_keras optimizer class (new and legacy) with one that adds
+   the task's gradients to :class:`Accumulators` instead of updating the variables. Nothing
+   else the optimizer does runs in a task: no learning-rate step, no clipping, no weight decay,
+   no EMA, no ``iterations`` increment. Those happen once per round, in step 3.
+2. Accumulators live on the PS task of their variable (colocated), one *lane* per worker and
+   two *slots* (round parity): ``acc[slot, lane]``. A task of round ``r`` running on worker
+   ``w`` writes only ``acc[r % 2, w]``; the first of its tasks in round ``r`` overwrites the
+   lane (its tag says it held an older round), later ones add. Only worker ``w`` writes lane
+   ``w``, one closure at a time, so lanes need no locks, and a late task of a closed round
+   writes a lane the round's apply no longer reads: late gradients never leak into another
+   round. (The engine never lets a worker run round ``r + 2`` before round ``r`` is applied.)
+3. The round's apply (:meth:`Accumulators.apply_fn`, scheduled like any task) sums the lanes
+   the engine includes, divides by the number of micro-batches in them and calls the user's
+   real ``optimizer.apply_gradients`` once: numerically one large-batch step.
+
+Accumulator memory is ``2 x num_workers`` copies of the trainable variables on the PS tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import tensorflow as tf
+
+__all__ = ["Accumulators", "accumulating", "optimizer_classes"]
+
+_state = threading.local()
+_patch_lock = threading.RLock()
+
+
+def optimizer_classes() -> list[type]:
+    """The tf_keras optimizer classes whose ``apply_gradients`` a task may call."""
+    from tf_keras.src.optimizers import optimizer as new_opt
+    from tf_keras.src.optimizers.legacy import optimizer_v2
+
+    return [new_opt.Optimizer, optimizer_v2.OptimizerV2]
+
+
+@contextlib.contextmanager
+def accumulating(engine_accumulators_for, round_id: tf.Tensor):
+    """While tracing: ``optimizer.apply_gradients`` accumulates into the round's lanes.
+
+    Args:
+      engine_accumulators_for: ``fn(optimizer, variables) -> Accumulators``.
+      round_id: the int64 round-id tensor of the function being traced.
+
+    Yields a dict whose ``"calls"`` entry counts the intercepted ``apply_gradients`` calls
+    (0 means the traced function is not a training step).
+    """
+    record = {"calls": 0}
+
+    def apply_gradients(self, grads_and_vars, name=None, **kwargs):
+        grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not grads_and_vars:
+            return self.iterations
+        record["calls"] += 1
+        acc = engine_accumulators_for(self, [v for _, v in grads_and_vars])
+        with tf.control_dependencies([acc.accumulate(grads_and_vars, round_id)]):
+            return tf.identity(self.iterations)  # no increment: iterations counts rounds
+
+    with _patch_lock:
+        classes = optimizer_classes()
+        originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
+        try:
+            for cls in classes:
+                cls.apply_gradients = apply_gradients
+            yield record
+        finally:
+            for cls, fn in originals.items():
+                cls.apply_gradients = fn
+
+
+def _dense(g):
+    return tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+
+
+class Accumulators:
+    """Per-variable ``[2, num_workers, *shape]`` accumulators on the variable's PS task.
+
+    Build it under ``strategy.scope()``. ``tags[w, slot]`` is the round whose gradients lane
+    ``w`` of ``slot`` holds, ``counts[w, slot]`` how many micro-batches it summed.
+    """
+
+    def __init__(self, strategy, variables, num_workers: int):
+        self.strategy = strategy
+        self.variables = list(variables)
+        self.num_workers = num_workers
+        self._index = {v.ref(): i for i, v in enumerate(self.variables)}
+        self.acc = []
+        # Created while a task is traced (inside the strategy, in replica context, where
+        # entering scope() again is refused) or from outside the strategy.
+        inside = tf.distribute.has_strategy() and tf.distribute.get_strategy() is strategy
+        with contextlib.nullcontext() if inside else strategy.scope():
+            for v in self.variables:
+                with strategy.extended.colocate_vars_with(v):
+                    self.acc.append(tf.Variable(
+                        tf.zeros([2, num_workers] + v.shape.as_list(), v.dtype),
+                        trainable=False, name=_clean(v.name) + "/tf_hetero_acc",
+                        aggregation=tf.VariableAggregation.NONE))
+            with strategy.extended.colocate_vars_with(self.variables[0]):
+                self.tags = tf.Variable(tf.fill([num_workers, 2], tf.constant(-1, tf.int64)),
+                                        trainable=False, name="tf_hetero_acc_tags")
+                self.counts = tf.Variable(tf.zeros([num_workers, 2], tf.int64),
+                                          trainable=False, name="tf_hetero_acc_counts")
+        self.bytes_per_push = sum(v.shape.num_elements() * v.dtype.size for v in self.variables)
+
+    def covers(self, variables) -> bool:
+        return all(v.ref() in self._index for v in variables)
+
+    def accumulate(self, grads_and_vars, round_id: tf.Tensor) -> tf.Operation:
+        """In a task: add this micro-batch's gradients to lane (this worker, round parity).
+
+        ``round_id < 0`` marks a task whose round closed before it started: it writes nothing.
+        """
+        lane = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(),
+                       tf.int64)
+        grads_and_vars = [(_dense(g), v) for g, v in grads_and_vars]
+
+        def write():
+            slot = round_id % 2
+            tag = tf.gather_nd(self.tags, [[lane, slot]])[0]
+            fresh = tf.not_equal(tag, round_id)
+            idx = tf.stack([slot, lane])[None]
+            updates = []
+            for g, v in grads_and_vars:
+                acc = self.acc[self._index[v.ref()]]
+                with tf.device(acc.device):  # add on the PS: the gradient crosses once
+                    g = tf.cast(g, acc.dtype)
+                    old = tf.gather_nd(acc, idx)[0]
+                    updates.append(acc.scatter_nd_update(idx, tf.where(fresh, g, old + g)[None]))
+            with tf.control_dependencies(updates):
+                with tf.device(self.tags.device):
+                    count = tf.gather_nd(self.counts, [[lane, slot]])[0]
+                    new_count = tf.where(fresh, tf.constant(1, tf.int64), count + 1)
+                    c = self.counts.scatter_nd_update([[lane, slot]], new_count[None])
+                    t = self.tags.scatter_nd_update([[lane, slot]], round_id[None])
+            with tf.control_dependencies([c, t]):
+                return tf.constant(True)
+
+        return tf.cond(round_id >= 0, write, lambda: tf.constant(False))
+
+    def make_apply_fn(self, optimizer):
+        """A ``tf.function(round_id, include)`` applying the round's mean gradient once.
+
+        ``include`` is a float ``[num_workers]`` mask of the lanes the engine closed the round
+        with; lanes whose tag is not ``round_id`` are left out as well. Returns the number of
+        micro-batches applied (0: nothing applied).
+        """
+        strategy = self.strategy
+
+        @tf.function
+        def apply_fn(round_id, include):
+            def step():
+                slot = round_id % 2
+                valid = include * tf.cast(tf.equal(self.tags[:, slot], round_id), include.dtype)
+                n = tf.reduce_sum(valid * tf.cast(self.counts[:, slot], include.dtype))
+
+                # The engine applies only rounds with work in them (n >= 1).
+                grads = []
+                for acc in self.acc:
+                    with tf.device(acc.device):
+                        w = tf.cast(valid, acc.dtype)
+                        total = tf.tensordot(w, tf.gather(acc, slot), axes=1)
+                        grads.append(total / tf.cast(tf.maximum(n, 1.0), acc.dtype))
+                with tf.control_dependencies([optimizer.apply_gradients(zip(grads, self.variables))]):
+                    return tf.identity(n)
+
+            return strategy.run(step)
+
+        return apply_fn
+
+
+def _clean(name: str) -> str:
+    return name.split(":")[0].replace("/", "_")

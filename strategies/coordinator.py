@@ -1,0 +1,358 @@
+"""``HeteroCoordinator``: the ``ClusterCoordinator`` that feeds ``model.fit``'s tasks to the
+round engine, and the engine's dispatcher.
+
+``model.fit`` schedules one closure per training step through the strategy's (cached)
+coordinator. This subclass:
+
+- traces each scheduled function once as an *accumulating* variant (see
+  :mod:`tf_hetero.strategies.accumulate`); a function that calls ``apply_gradients`` is a
+  training step and goes to the engine, anything else (evaluation, user functions) runs as
+  stock TF would;
+- dispatches a task pinned to one worker (the closure queue's tagged per-worker queues) or
+  to any free worker (the shared queue), and schedules each round's apply;
+- counts pinned closures as in flight itself (TF counts only shared-queue ones) and, when a
+  worker fails, moves the closures pinned to it to the shared queue so live workers run them
+  instead of waiting up to an hour for the dead one (TF_INTERNALS.md);
+- reports every start, finish, apply, failure and recovery to the engine and the monitor.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+from tf_hetero.engine import EngineError, RoundEngine
+from tf_hetero.monitor import Monitor
+from tf_hetero.strategies.accumulate import Accumulators, _patch_lock, accumulating
+
+__all__ = ["HeteroCoordinator", "ParameterServerError"]
+
+#: ``round_id`` of a task whose round closed before it started: it writes no gradient.
+NO_ROUND = -1
+
+
+class ParameterServerError(RuntimeError):
+    """A parameter server became unreachable; its variables are lost."""
+
+
+def _is_ps_failure(e: BaseException) -> bool:
+    return isinstance(e, tf.errors.UnavailableError) and "/job:ps" in str(e)
+
+
+def _translate(e: BaseException) -> BaseException:
+    if _is_ps_failure(e):
+        return ParameterServerError(
+            f"A parameter server is unreachable ({type(e).__name__}: {str(e).splitlines()[0]}). "
+            "Its variables are lost, so training cannot go on. Fix: restart the PS task, then "
+            "resume from the last checkpoint: re-run model.fit with a "
+            "tf_keras.callbacks.BackupAndRestore callback (or restore a ModelCheckpoint).")
+    return e
+
+
+class _Entry:
+    """How the coordinator runs one scheduled function."""
+
+    def __init__(self, accumulate_fn=None, is_train: bool = False):
+        self.accumulate_fn = accumulate_fn
+        self.is_train = is_train
+
+
+class HeteroCoordinator(cc.ClusterCoordinator):
+    """The strategy's coordinator (TF caches one per strategy; ``__init__`` runs again on every
+    ``ClusterCoordinator(strategy)`` call, so it returns early once initialised)."""
+
+    def __init__(self, strategy):
+        if getattr(self, "_has_initialized", False):
+            return
+        super().__init__(strategy)
+        self._hetero = strategy._hetero_config  # pylint: disable=protected-access
+        n = strategy.extended._num_workers  # pylint: disable=protected-access
+        self.monitor: Monitor = strategy.monitor
+        self.engine: RoundEngine | None = None
+        if self._hetero.preset != "asp":
+            self.engine = RoundEngine(n, self._hetero.sync, self._hetero.assign, dispatcher=self,
+                                      gate=self._hetero.gate, monitor=self.monitor)
+        self._entries: dict = {}
+        self._accumulators: list[Accumulators] = []
+        self._apply_fn = None
+        self._apply_key = None
+        self._round_tensors: dict[int, tf.Tensor] = {}
+        self._attempt = threading.local()
+        self._asp_version = 0
+        self._asp_lock = threading.Lock()
+        for worker in self._cluster.workers:
+            self._instrument(worker)
+
+    # ------------------------------------------------------------ public API
+    def schedule(self, fn, args=None, kwargs=None):
+        entry = self._entry(fn, args or (), kwargs or {})
+        if not entry.is_train:
+            return self._translated(super().schedule, fn, args=args, kwargs=kwargs)
+        if self.engine is None:  # ASP: exactly what stock TF does, plus a mark for the monitor
+            closure = self._closure(fn, args, kwargs)
+            closure._tf_hetero_asp = True  # pylint: disable=protected-access
+            remote_value = closure.build_output_remote_value()
+            self._translated(self._cluster.closure_queue.put, closure)
+            return remote_value
+        if self.engine.rounds_mode:
+            closure = self._closure(entry.accumulate_fn, (self._round_tensor(NO_ROUND),) + tuple(args or ()), kwargs)
+        else:
+            closure = self._closure(fn, args, kwargs)
+        remote_value = closure.build_output_remote_value()
+        try:
+            closure._tf_hetero_task = self.engine.submit(closure)  # pylint: disable=protected-access
+        except Exception as e:  # pylint: disable=broad-except
+            raise _translate(e) from e
+        return remote_value
+
+    def join(self):
+        if self.engine is not None:
+            self._wait_engine()
+        self._translated(super().join)
+
+    def done(self):
+        if self.engine is not None and not self.engine.idle():
+            return False
+        return self._translated(super().done)
+
+    # -------------------------------------------------------------- dispatcher
+    def dispatch(self, task, worker, round_id):
+        closure = task.payload
+        if round_id is not None:
+            closure._args = (self._round_tensor(round_id),) + tuple(closure._args[1:])  # pylint: disable=protected-access
+        self._put(closure, worker)
+
+    def dispatch_apply(self, round_id, lanes):
+        try:
+            self._dispatch_apply(round_id, lanes)
+        except Exception as e:  # pylint: disable=broad-except
+            self.engine.fail(_translate(e))  # e.g. the queue already holds a PS error
+
+    def _dispatch_apply(self, round_id, lanes):
+        include = np.zeros(self.engine.num_workers, np.float32)
+        include[list(lanes)] = 1.0
+        closure = self._closure(self._round_apply_fn(),
+                                (self._round_tensor(round_id), tf.constant(include)), None)
+        closure._tf_hetero_apply = (round_id, closure.build_output_remote_value())  # pylint: disable=protected-access
+        live = self.engine.live_workers
+        worker = min(lanes, key=lambda w: (w not in live, w)) if lanes else None
+        self._put(closure, worker if worker in live else None)
+
+    def cancel(self, task):
+        task.payload.mark_cancelled()
+
+    # --------------------------------------------------------------- internals
+    def _translated(self, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except Exception as e:  # pylint: disable=broad-except
+            translated = _translate(e)
+            if translated is e:
+                raise
+            raise translated from e
+
+    def _wait_engine(self):
+        """Waits for the engine with a bound on how long nothing may happen."""
+        stall = self._hetero.stall_timeout_s
+        last_progress, last_count = time.monotonic(), -1
+        while True:
+            if self._cluster.closure_queue._error is not None:  # pylint: disable=protected-access
+                return  # super().join() raises it
+            try:
+                if self.engine.wait_idle(timeout=1.0):
+                    return
+            except Exception as e:  # pylint: disable=broad-except
+                if self._cluster.closure_queue._error is not None:  # pylint: disable=protected-access
+                    return
+                raise _translate(e) from e
+            count = len(self.monitor.tasks) + len(self.monitor.rounds)
+            if count != last_count:
+                last_progress, last_count = time.monotonic(), count
+            elif time.monotonic() - last_progress > stall:
+                err = EngineError(
+                    f"No task or round finished in {stall:.0f} s (live workers: "
+                    f"{self.engine.live_workers}). Fix: check that the workers are running; "
+                    "raise stall_timeout_s for very long tasks.")
+                self.engine.fail(err)
+                raise err
+
+    def _closure(self, fn, args, kwargs):
+        with self.strategy.scope():
+            self.strategy.extended._being_scheduled = True  # pylint: disable=protected-access
+            try:
+                with _patch_lock:
+                    return cc.Closure(fn, self._cluster.closure_queue._cancellation_mgr,  # pylint: disable=protected-access
+                                      args=args, kwargs=kwargs)
+            finally:
+                self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
+
+    def _round_tensor(self, round_id: int) -> tf.Tensor:
+        t = self._round_tensors.get(round_id)
+        if t is None:
+            t = tf.constant(round_id, tf.int64)
+            if round_id < 0:
+                self._round_tensors[round_id] = t
+        return t
+
+    def _entry(self, fn, args, kwargs) -> _Entry:
+        entry = self._entries.get(fn)
+        if entry is not None:
+            return entry
+        if self.engine is None or not self.engine.rounds_mode:
+            # Async presets run the step as written; only the trace decides if it trains.
+            entry = _Entry(None, is_train=self._calls_apply_gradients(fn, args, kwargs))
+        else:
+            entry = self._accumulating_entry(fn, args, kwargs)
+        self._entries[fn] = entry
+        return entry
+
+    def _calls_apply_gradients(self, fn, args, kwargs) -> bool:
+        python_fn = getattr(fn, "python_function", None)
+        if python_fn is None:
+            return False
+        record = {}
+
+        @tf.function
+        def probe(*a, **kw):
+            with accumulating(lambda opt, variables: _NullAccumulators(), tf.constant(NO_ROUND, tf.int64)) as rec:
+                out = python_fn(*a, **kw)
+            record.update(rec)
+            return out
+
+        self._closure(probe, args, kwargs)  # traces only
+        return record.get("calls", 0) > 0
+
+    def _accumulating_entry(self, fn, args, kwargs) -> _Entry:
+        python_fn = getattr(fn, "python_function", None)
+        if python_fn is None:  # a concrete function: cannot re-trace it
+            return _Entry(None, is_train=False)
+        record = {}
+
+        @tf.function
+        def accumulate_fn(round_id, *a, **kw):
+            with accumulating(self._accumulators_for, round_id) as rec:
+                out = python_fn(*a, **kw)
+            record.update(rec)
+            return out
+
+        self._closure(accumulate_fn, (self._round_tensor(NO_ROUND),) + tuple(args), kwargs)
+        return _Entry(accumulate_fn, is_train=record.get("calls", 0) > 0)
+
+    def _accumulators_for(self, optimizer, variables) -> Accumulators:
+        for acc in self._accumulators:
+            if acc.optimizer is optimizer and acc.covers(variables):
+                return acc
+        with tf.init_scope():
+            acc = Accumulators(self.strategy, variables, self.engine.num_workers)
+        acc.optimizer = optimizer
+        self._accumulators.append(acc)
+        self.monitor.bytes_per_push = sum(a.bytes_per_push for a in self._accumulators)
+        return acc
+
+    def _round_apply_fn(self):
+        key = tuple(id(a) for a in self._accumulators)
+        if self._apply_key != key:
+            fns = [a.make_apply_fn(a.optimizer) for a in self._accumulators]
+
+            @tf.function
+            def apply_all(round_id, include):
+                counts = [f(round_id, include) for f in fns]
+                return counts[0]
+
+            self._apply_fn, self._apply_key = apply_all, key
+        return self._apply_fn
+
+    def _put(self, closure, worker):
+        queue = self._cluster.closure_queue
+        if worker is None:
+            closure.tag = None
+            try:
+                queue.put(closure)  # raises the queue's error, if any
+            except Exception as e:  # pylint: disable=broad-except
+                self.engine.fail(_translate(e))
+            return
+        # Tagged closures are not counted in flight by TF (TF_INTERNALS.md); count them so
+        # join() waits for them and mark_finished() balances.
+        with queue._queue_lock:  # pylint: disable=protected-access
+            queue.inflight_closure_count += 1
+        queue.put(closure, tag=worker)
+
+    # --------------------------------------------------- worker instrumentation
+    def _instrument(self, worker):
+        process, on_failure, on_recovery = (worker._process_closure, worker._on_closure_failure,  # pylint: disable=protected-access
+                                            worker._on_worker_recovery)  # pylint: disable=protected-access
+        w = worker.worker_index
+
+        def process_closure(closure):
+            task = getattr(closure, "_tf_hetero_task", None)
+            apply = getattr(closure, "_tf_hetero_apply", None)
+            self._attempt.failed = False
+            asp = getattr(closure, "_tf_hetero_asp", False)
+            start = time.perf_counter()
+            if task is not None and not self.engine.task_started(task, w):
+                closure._args = (self._round_tensor(NO_ROUND),) + tuple(closure._args[1:])  # pylint: disable=protected-access
+            elif asp:
+                with self._asp_lock:
+                    version = self._asp_version
+            process(closure)
+            end = time.perf_counter()
+            if self._attempt.failed:
+                return  # the closure went back to the queue; another worker runs it
+            error = self._cluster.closure_queue._error  # pylint: disable=protected-access
+            if error is not None and self.engine is not None:
+                self.engine.fail(_translate(error))
+                return
+            if task is not None:
+                self.engine.task_finished(task, w)
+            elif apply is not None:
+                round_id, remote_value = apply
+                self.engine.apply_finished(round_id, int(round(float(remote_value.fetch()))))
+            elif asp and error is None:
+                with self._asp_lock:
+                    staleness = self._asp_version - version
+                    self._asp_version += 1
+                self.monitor.record_task(w, start, end, applied=True, staleness=staleness)
+
+        def on_closure_failure(closure, e):
+            self._attempt.failed = True
+            if self.engine is not None:
+                self.engine.worker_failed(w)
+            closure.tag = None  # put_back() asserts an untagged closure
+            self._move_pinned_closures(w)
+            on_failure(closure, e)
+
+        def on_worker_recovery():
+            on_recovery()
+            if self.engine is not None:
+                self.engine.worker_recovered(w)
+
+        worker._process_closure = process_closure  # pylint: disable=protected-access
+        worker._on_closure_failure = on_closure_failure  # pylint: disable=protected-access
+        worker._on_worker_recovery = on_worker_recovery  # pylint: disable=protected-access
+
+    def _move_pinned_closures(self, w: int) -> None:
+        """Moves the train and apply closures queued for dead worker ``w`` to the shared queue."""
+        queue = self._cluster.closure_queue
+        moved = []
+        with queue._queue_lock:  # pylint: disable=protected-access
+            tagged = queue._tagged_queue[w]  # pylint: disable=protected-access
+            keep = []
+            while not tagged.empty():
+                c = tagged.get(block=False)
+                ours = hasattr(c, "_tf_hetero_task") or hasattr(c, "_tf_hetero_apply")
+                (moved if ours else keep).append(c)
+            for c in keep:  # per-worker resource closures stay with their worker
+                tagged.put(c, block=False)
+            queue.inflight_closure_count -= len(moved)
+        for c in moved:
+            c.tag = None
+            queue.put(c)
+
+
+class _NullAccumulators:
+    def accumulate(self, grads_and_vars, round_id):
+        return tf.no_op()

@@ -1,0 +1,325 @@
+"""The round engine: which worker runs each task, when a round closes, what is applied.
+
+Pure Python and thread-safe; TensorFlow stays behind a *dispatcher* (see
+:class:`tf_hetero.strategies.coordinator.HeteroCoordinator`) with three methods:
+
+- ``dispatch(task, worker, round_id)``: run ``task`` on ``worker`` (``None``: any worker);
+  ``round_id`` is the round whose accumulators it feeds, or ``None`` for an async task whose
+  gradient is applied at once;
+- ``dispatch_apply(round_id, lanes)``: apply round ``round_id``'s accumulated gradients from
+  the given worker lanes (``{worker: micro-batches}``) with the user's optimizer;
+- ``cancel(task)``: the task will never run (the engine failed).
+
+The dispatcher reports back through :meth:`RoundEngine.task_started`, :meth:`task_finished`,
+:meth:`apply_finished`, :meth:`worker_failed` and :meth:`worker_recovered`.
+
+Life of a task: ``pending`` (submitted by ``model.fit``) -> ``dispatched`` -> ``running`` ->
+``done`` (its gradient is, or will be, applied) or ``dropped`` (its round had closed).
+
+Rounds (sync mode): a round opens when the previous one has been applied; the assignment
+policy names the workers that get its tasks; the sync policy says when it may close; then one
+apply runs. A worker never runs a task of round ``r + 2`` before round ``r`` is applied,
+which is what the two accumulator slots of :mod:`tf_hetero.strategies.accumulate` need.
+
+>>> from tf_hetero.policies import AllTasks, OnePerWorker
+>>> class Log:
+...     def __init__(self): self.calls = []
+...     def dispatch(self, task, worker, round_id): self.calls.append(("task", worker, round_id))
+...     def dispatch_apply(self, round_id, lanes): self.calls.append(("apply", round_id, lanes))
+...     def cancel(self, task): pass
+>>> d = Log(); e = RoundEngine(2, AllTasks(), OnePerWorker(), d)
+>>> tasks = [e.submit(i) for i in range(2)]
+>>> d.calls
+[('task', 0, 0), ('task', 1, 0)]
+>>> for w, t in enumerate(tasks): _ = e.task_started(t, w); e.task_finished(t, w)
+>>> d.calls[-1]
+('apply', 0, {0: 1, 1: 1})
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from typing import Any, Callable
+
+from tf_hetero.policies import Async, OnePerWorker, Unbounded
+
+__all__ = ["RoundEngine", "Task", "Round", "EngineError"]
+
+
+class EngineError(RuntimeError):
+    """The engine cannot go on (a task failed for a reason other than a lost worker)."""
+
+
+@dataclasses.dataclass(eq=False)
+class Task:
+    id: int
+    payload: Any
+    round: int | None = None
+    pinned: int | None = None  # worker the engine chose (None: any worker)
+    worker: int | None = None  # worker that ran it
+    state: str = "pending"
+    t_submit: float = 0.0
+    t_start: float = 0.0
+    t_end: float = 0.0
+    version_at_start: int = 0  # applied updates when it started (staleness)
+
+    @property
+    def duration(self) -> float:
+        return self.t_end - self.t_start
+
+
+@dataclasses.dataclass(eq=False)
+class Round:
+    id: int
+    tasks: list
+    t_open: float = 0.0
+    t_close: float = 0.0
+    t_applied: float = 0.0
+    closed: bool = False
+    lanes: dict = dataclasses.field(default_factory=dict)  # worker -> micro-batches applied
+    applied: int = -1  # micro-batches the apply reported (-1: not yet)
+
+    @property
+    def num_done(self) -> int:
+        return sum(t.state == "done" for t in self.tasks)
+
+
+class RoundEngine:
+    """Coordinator-side scheduler for one strategy. This class is thread-safe.
+
+    Args:
+      num_workers: worker tasks in the cluster.
+      sync: sync policy (:mod:`tf_hetero.policies`).
+      assign: assignment policy (rounds mode).
+      dispatcher: the TF side (see module docstring).
+      gate: async-mode gate (e.g. :class:`~tf_hetero.policies.StalenessBound`).
+      monitor: optional :class:`tf_hetero.monitor.Monitor` fed with every event.
+      clock: time source (seconds).
+    """
+
+    def __init__(self, num_workers: int, sync=None, assign=None, dispatcher=None, gate=None,
+                 monitor=None, clock: Callable[[], float] = time.perf_counter):
+        self.num_workers = num_workers
+        self.sync = sync or Async()
+        self.assign = assign or OnePerWorker()
+        self.gate = gate or Unbounded()
+        self.dispatcher = dispatcher
+        self.monitor = monitor
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._pending: collections.deque[Task] = collections.deque()
+        self._next_task = 0
+        self._next_round = 0
+        self._open: Round | None = None
+        self._applying: Round | None = None
+        self.rounds: list[Round] = []
+        self._running: dict[int, set] = {w: set() for w in range(num_workers)}
+        self._live = set(range(num_workers))
+        self.clocks = {w: 0 for w in range(num_workers)}  # finished tasks per worker
+        self.version = 0  # applied updates (rounds, or async tasks)
+        self._flushing = False
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ fit side
+    @property
+    def rounds_mode(self) -> bool:
+        return self.sync.mode == "rounds"
+
+    def submit(self, payload) -> Task:
+        """Queues one task (one training step scheduled by ``model.fit``)."""
+        with self._lock:
+            self._raise_if_error()
+            task = Task(self._next_task, payload, t_submit=self.clock())
+            self._next_task += 1
+            self._pending.append(task)
+            self._flushing = False
+            self._pump()
+            return task
+
+    def flush(self) -> None:
+        """No more tasks are coming for now (``join``): let a partial round start."""
+        with self._lock:
+            self._flushing = True
+            self._pump()
+
+    def idle(self) -> bool:
+        with self._lock:
+            return (not self._pending and self._open is None and self._applying is None
+                    and not any(self._running.values()))
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Blocks until every submitted task is finished and every round applied.
+
+        Returns False after ``timeout`` seconds; raises the engine's error if it failed.
+        """
+        deadline = self.clock() + timeout
+        with self._lock:
+            self._flushing = True
+            self._pump()
+            while not self.idle():
+                self._raise_if_error()
+                left = deadline - self.clock()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 1.0))
+            self._raise_if_error()
+            return True
+
+    # -------------------------------------------------------------- worker side
+    def task_started(self, task: Task, worker: int) -> bool:
+        """A worker thread starts ``task``. Returns False if it is stale (its round closed)."""
+        with self._lock:
+            for previous in {task.pinned, task.worker} - {worker, None}:
+                self._running[previous].discard(task)  # moved here after a worker failure
+            task.worker, task.t_start, task.state = worker, self.clock(), "running"
+            task.version_at_start = self.version
+            self._running[worker].add(task)
+            stale = task.round is not None and self.rounds[task.round].closed
+            return not stale
+
+    def task_finished(self, task: Task, worker: int) -> None:
+        """``task`` finished successfully on ``worker``."""
+        with self._lock:
+            task.t_end = self.clock()
+            self._running[worker].discard(task)
+            self.clocks[worker] += 1
+            if task.round is None:  # async: applied by the task itself
+                task.state = "done"
+                staleness = self.version - task.version_at_start
+                self.version += 1
+                if self.monitor:
+                    self.monitor.task(task, applied=True, staleness=staleness)
+            else:
+                rnd = self.rounds[task.round]
+                task.state = "dropped" if rnd.closed else "done"
+                if self.monitor:
+                    self.monitor.task(task, applied=not rnd.closed, staleness=0)
+                if not rnd.closed and self.sync.should_close(rnd):
+                    self._close(rnd)
+            self._pump()
+            self._changed.notify_all()
+
+    def apply_finished(self, round_id: int, applied: int) -> None:
+        """The apply of ``round_id`` ran; ``applied`` micro-batches went into it."""
+        with self._lock:
+            rnd = self.rounds[round_id]
+            rnd.applied, rnd.t_applied = applied, self.clock()
+            self.version += 1
+            if self._applying is rnd:
+                self._applying = None
+            if self.monitor:
+                self.monitor.round(rnd)
+            self._pump()
+            self._changed.notify_all()
+
+    def worker_failed(self, worker: int) -> None:
+        """``worker`` is unreachable: give it no more tasks until it recovers."""
+        with self._lock:
+            self._live.discard(worker)
+            if self.monitor:
+                self.monitor.event("worker_failed", worker=worker)
+            self._changed.notify_all()
+
+    def worker_recovered(self, worker: int) -> None:
+        with self._lock:
+            self._live.add(worker)
+            if self.monitor:
+                self.monitor.event("worker_recovered", worker=worker)
+            self._pump()
+            self._changed.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        """Stops the engine: pending tasks are cancelled, waiters get ``error``."""
+        with self._lock:
+            if self._error is None:
+                self._error = error
+            while self._pending:
+                self.dispatcher.cancel(self._pending.popleft())
+            self._open = self._applying = None
+            for tasks in self._running.values():
+                tasks.clear()
+            self._changed.notify_all()
+
+    @property
+    def live_workers(self) -> list[int]:
+        with self._lock:
+            return sorted(self._live)
+
+    # ---------------------------------------------------------------- internals
+    def _raise_if_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _busy(self, worker: int) -> bool:
+        return bool(self._running[worker])
+
+    def _pump(self) -> None:
+        if self._error is not None:
+            return
+        if self.rounds_mode:
+            self._pump_rounds()
+        else:
+            self._pump_async()
+
+    def _pump_async(self) -> None:
+        for w in sorted(self._live, key=lambda w: self.clocks[w]):
+            if not self._pending:
+                return
+            if self._busy(w):
+                continue
+            live_clocks = {v: self.clocks[v] for v in self._live}
+            if not self.gate.may_start(w, live_clocks):
+                continue
+            task = self._pending.popleft()
+            task.pinned, task.state = w, "dispatched"
+            self._running[w].add(task)
+            self.dispatcher.dispatch(task, w, None)
+
+    def _pump_rounds(self) -> None:
+        if self._open is not None or self._applying is not None or not self._pending:
+            return
+        live = sorted(self._live)
+        if not live:
+            return
+        idle = [w for w in live if not self._busy(w)]
+        busy = [w for w in live if self._busy(w)]
+        plan = self.assign.plan(idle, busy, self.monitor)
+        if not plan:
+            return  # every live worker is still busy with late work; wait for one
+        if len(self._pending) < len(plan) and not self._flushing:
+            return  # fit is still scheduling this round's tasks
+        plan = plan[:len(self._pending)]
+        rnd = Round(self._next_round, [], t_open=self.clock())
+        self._next_round += 1
+        self.rounds.append(rnd)
+        self._open = rnd
+        for w in plan:
+            task = self._pending.popleft()
+            task.round, task.pinned, task.state = rnd.id, w, "dispatched"
+            rnd.tasks.append(task)
+            if w is not None:
+                self._running[w].add(task)
+        for task in rnd.tasks:
+            self.dispatcher.dispatch(task, task.pinned, rnd.id)
+
+    def _close(self, rnd: Round) -> None:
+        rnd.closed, rnd.t_close = True, self.clock()
+        # Tasks not started yet will find their round closed and write nothing; running ones
+        # are still writing their lane.
+        late_lanes = {t.worker for t in rnd.tasks if t.state == "running"}
+        lanes: dict[int, int] = collections.Counter(
+            t.worker for t in rnd.tasks if t.state == "done")
+        # A lane still writing this round cannot be read consistently: leave it out.
+        rnd.lanes = {w: n for w, n in sorted(lanes.items()) if w not in late_lanes}
+        self._open = None
+        if rnd.lanes:
+            self._applying = rnd
+            self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes))
+        else:
+            rnd.applied = 0
+            if self.monitor:
+                self.monitor.round(rnd)

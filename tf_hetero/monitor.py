@@ -1,0 +1,130 @@
+"""What the engine did: per-worker task times, rounds, staleness, bytes pushed.
+
+The :class:`Monitor` is fed by the round engine (and, for the async ``ASP`` preset, by the
+coordinator's worker threads); policies read it (``ewma_s``, ``durations``), the Keras callback
+:class:`tf_hetero.progress.MonitorLogs` copies an epoch summary into the epoch's logs (so ``TensorBoard`` placed
+after it plots them), and the benchmark reads :meth:`Monitor.summary`.
+
+>>> m = Monitor(2, bytes_per_push=1000)
+>>> m.record_task(worker=0, start=0.0, end=0.1, applied=True, staleness=0)
+>>> m.record_task(worker=1, start=0.0, end=0.4, applied=False, staleness=0)
+>>> s = m.summary()
+>>> s["tasks"], s["applied_tasks"], s["dropped_tasks"], s["bytes_pushed"]
+(2, 1, 1, 2000)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+
+__all__ = ["Monitor", "RoundRecord", "TaskRecord"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRecord:
+    worker: int
+    start: float
+    end: float
+    applied: bool
+    staleness: int
+    round: int | None = None
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundRecord:
+    id: int
+    t_open: float
+    t_close: float
+    t_applied: float
+    tasks: int
+    lanes: dict
+    applied: int  # micro-batches the apply reported
+
+
+class Monitor:
+    """Thread-safe record of tasks, rounds and events. ``ewma_alpha`` weights the newest task."""
+
+    def __init__(self, num_workers: int, *, ewma_alpha: float = 0.3, bytes_per_push: int = 0,
+                 clock=time.perf_counter):
+        if not 0 < ewma_alpha <= 1:
+            raise ValueError(f"ewma_alpha={ewma_alpha!r}: need 0 < alpha <= 1.")
+        self.num_workers = num_workers
+        self.ewma_alpha = ewma_alpha
+        self.bytes_per_push = bytes_per_push
+        self.clock = clock
+        self._lock = threading.Lock()
+        self.tasks: list[TaskRecord] = []
+        self.rounds: list[RoundRecord] = []
+        self.events: list[tuple] = []
+        self._ewma = [float("nan")] * num_workers
+        self.t0 = clock()
+
+    # ---------------------------------------------------------------- recording
+    def record_task(self, worker: int, start: float, end: float, applied: bool,
+                    staleness: int, round: int | None = None) -> None:
+        with self._lock:
+            self.tasks.append(TaskRecord(worker, start, end, applied, staleness, round))
+            d = end - start
+            old = self._ewma[worker]
+            self._ewma[worker] = d if np.isnan(old) else (
+                self.ewma_alpha * d + (1 - self.ewma_alpha) * old)
+
+    def task(self, task, applied: bool, staleness: int) -> None:
+        """Engine hook: a :class:`~tf_hetero.engine.Task` finished."""
+        self.record_task(task.worker, task.t_start, task.t_end, applied, staleness, task.round)
+
+    def round(self, rnd) -> None:
+        """Engine hook: a round was applied (or closed empty)."""
+        with self._lock:
+            self.rounds.append(RoundRecord(rnd.id, rnd.t_open, rnd.t_close, rnd.t_applied,
+                                           len(rnd.tasks), dict(rnd.lanes), rnd.applied))
+
+    def event(self, name: str, **fields) -> None:
+        with self._lock:
+            self.events.append((self.clock(), name, fields))
+
+    # ------------------------------------------------------------------ queries
+    def ewma_s(self, worker: int) -> float:
+        """Smoothed task time of ``worker`` in seconds (NaN before its first task)."""
+        with self._lock:
+            return self._ewma[worker]
+
+    def durations(self, worker: int) -> list[float]:
+        with self._lock:
+            return [t.duration for t in self.tasks if t.worker == worker]
+
+    def snapshot(self) -> tuple[list[TaskRecord], list[RoundRecord]]:
+        with self._lock:
+            return list(self.tasks), list(self.rounds)
+
+    def summary(self, since: float | None = None) -> dict:
+        """Aggregate figures, over everything or over records that ended after ``since``."""
+        tasks, rounds = self.snapshot()
+        if since is not None:
+            tasks = [t for t in tasks if t.end >= since]
+            rounds = [r for r in rounds if r.t_applied >= since]
+        per_worker = [[t.duration for t in tasks if t.worker == w] for w in range(self.num_workers)]
+        stale = [t.staleness for t in tasks if t.applied]
+        round_s = [r.t_applied - r.t_open for r in rounds if r.applied > 0]
+        out = {
+            "tasks": len(tasks),
+            "applied_tasks": sum(t.applied for t in tasks),
+            "dropped_tasks": sum(not t.applied for t in tasks),
+            "rounds": len(rounds),
+            "mean_round_ms": 1e3 * float(np.mean(round_s)) if round_s else float("nan"),
+            "mean_staleness": float(np.mean(stale)) if stale else 0.0,
+            "max_staleness": int(max(stale)) if stale else 0,
+            "bytes_pushed": len(tasks) * self.bytes_per_push,
+        }
+        for w, d in enumerate(per_worker):
+            out[f"worker{w}_tasks"] = len(d)
+            out[f"worker{w}_median_ms"] = 1e3 * float(np.median(d)) if d else float("nan")
+        return out
