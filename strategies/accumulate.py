@@ -60,9 +60,11 @@ def accumulating(engine_accumulators_for, round_id: tf.Tensor):
         if not grads_and_vars:
             return self.iterations
         record["calls"] += 1
+        # Legacy optimizers create `iterations` on first use: do it outside control deps.
+        iterations = self.iterations
         acc = engine_accumulators_for(self, [v for _, v in grads_and_vars])
         with tf.control_dependencies([acc.accumulate(grads_and_vars, round_id)]):
-            return tf.identity(self.iterations)  # no increment: iterations counts rounds
+            return tf.identity(iterations)  # no increment: iterations counts rounds
 
     with _patch_lock:
         classes = optimizer_classes()

@@ -81,6 +81,7 @@ class Round:
     closed: bool = False
     lanes: dict = dataclasses.field(default_factory=dict)  # worker -> micro-batches applied
     applied: int = -1  # micro-batches the apply reported (-1: not yet)
+    live_workers: int = 0  # live workers when the round opened
 
     @property
     def num_done(self) -> int:
@@ -293,7 +294,7 @@ class RoundEngine:
         if len(self._pending) < len(plan) and not self._flushing:
             return  # fit is still scheduling this round's tasks
         plan = plan[:len(self._pending)]
-        rnd = Round(self._next_round, [], t_open=self.clock())
+        rnd = Round(self._next_round, [], t_open=self.clock(), live_workers=len(live))
         self._next_round += 1
         self.rounds.append(rnd)
         self._open = rnd

@@ -8,7 +8,7 @@
   another task now? ``clocks[w]`` counts the tasks worker ``w`` has finished.
 
 >>> from tf_hetero.engine import Round, Task
->>> r = Round(0, [Task(i, None, round=0) for i in range(4)])
+>>> r = Round(0, [Task(i, None, round=0) for i in range(4)], live_workers=4)
 >>> for t in r.tasks[:3]: t.state = "done"
 >>> AllTasks().should_close(r), FirstK(backups=1).should_close(r)
 (False, True)
@@ -63,10 +63,11 @@ class AllTasks:
 
 
 class FirstK:
-    """Backup workers (Chen et al. 2016): close when all but ``backups`` tasks are in.
+    """Backup workers (Chen et al. 2016): of N live workers, a round applies the first
+    N - ``backups`` tasks in; the round's other tasks are dropped when they finish.
 
-    The round's other tasks are dropped when they finish. A round with no more than
-    ``backups`` tasks waits for all of them.
+    A round that has fewer tasks (a worker still busy with a late task sits it out) waits for
+    at most all of its tasks.
     """
 
     mode = "rounds"
@@ -77,9 +78,8 @@ class FirstK:
         self.backups = backups
 
     def should_close(self, round) -> bool:
-        needed = len(round.tasks) - self.backups
-        if needed < 1:
-            needed = len(round.tasks)
+        live = round.live_workers or len(round.tasks)
+        needed = min(len(round.tasks), max(1, live - self.backups))
         return round.num_done >= needed
 
     def __repr__(self):

@@ -1,0 +1,234 @@
+"""The round engine under real ``model.fit`` on one in-process cluster (3 workers, 2 PS).
+
+Every test builds its own strategy on the shared cluster (a strategy reconnects the process to
+the cluster; the cluster's servers are reused)."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import os
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+N, B, ROUNDS = 3, 8, 4
+LOSS = "sparse_categorical_crossentropy_logits"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import tf_hetero
+
+    return tf_hetero.LocalCluster(N, 2, processes=False).start()
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(ROUNDS * N * B, 5)).astype("float32")
+    y = rng.integers(0, 3, ROUNDS * N * B)
+    return x, y
+
+
+def _model(seed=1):
+    import tf_keras as keras
+
+    return keras.Sequential([
+        keras.layers.Dense(4, activation="tanh", input_shape=(5,),
+                           kernel_initializer=keras.initializers.GlorotUniform(seed)),
+        keras.layers.Dense(3, kernel_initializer=keras.initializers.GlorotUniform(seed + 1))])
+
+
+def _loss():
+    import tf_keras as keras
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _per_worker_fn(x, y, rounds=ROUNDS):
+    """Worker w's k-th batch is block (k, w): round k of BSP covers blocks (k, 0..N-1)."""
+    import tensorflow as tf
+
+    def fn(ctx):
+        w = tf.distribute.coordinator.experimental_get_current_worker_index()
+        xs = tf.reshape(tf.constant(x), (rounds, N, B, 5))
+        ys = tf.reshape(tf.constant(y), (rounds, N, B))
+        return tf.data.Dataset.from_tensor_slices((tf.gather(xs, w, axis=1),
+                                                   tf.gather(ys, w, axis=1)))
+    return fn
+
+
+def _optimizers():
+    import tf_keras as keras
+
+    return {
+        "sgd": lambda: keras.optimizers.SGD(0.1),
+        "sgd_momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+        "adam": lambda: keras.optimizers.Adam(0.01),
+        "legacy_adam": lambda: keras.optimizers.legacy.Adam(0.01),
+        "legacy_sgd_momentum": lambda: keras.optimizers.legacy.SGD(0.1, momentum=0.9),
+        "adamw_weight_decay": lambda: keras.optimizers.AdamW(0.01, weight_decay=0.1),
+        "sgd_ema": lambda: keras.optimizers.SGD(0.1, use_ema=True, ema_momentum=0.5),
+        "adam_clipnorm": lambda: keras.optimizers.Adam(0.05, global_clipnorm=0.01),
+    }
+
+
+@pytest.mark.parametrize("opt", sorted(_optimizers()))
+def test_bsp_rounds_equal_large_batch_steps_of_the_same_optimizer(cluster, data, opt):
+    import tf_keras as keras
+
+    import tf_hetero
+
+    make = _optimizers()[opt]
+    x, y = data
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with strategy.scope():
+        model = _model()
+        model.compile(make(), _loss())
+    model.fit(keras.utils.experimental.DatasetCreator(_per_worker_fn(x, y)), epochs=1,
+              steps_per_epoch=N * ROUNDS, verbose=0)
+    reference = _model()
+    reference.compile(make(), _loss())
+    xs, ys = x.reshape(ROUNDS, N, B, 5), y.reshape(ROUNDS, N, B)
+    for k in range(ROUNDS):
+        reference.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
+    if getattr(reference.optimizer, "use_ema", False):  # fit() ends by swapping in the EMA
+        reference.optimizer.finalize_variable_values(reference.trainable_variables)
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    assert int(model.optimizer.iterations.numpy()) == ROUNDS
+    assert [r.applied for r in strategy.engine.rounds] == [N] * ROUNDS
+
+
+def _fit_with_profile(cluster, strategy, profile, steps, epochs=1, callbacks=(), batch=16):
+    import tf_keras as keras
+
+    import tf_hetero
+
+    train = tf_hetero.data.load("digits", "train")
+    with strategy.scope():
+        model = tf_hetero.models.mlp(input_shape=train.input_shape, hidden=(32,))
+        model.compile(keras.optimizers.SGD(0.05), _loss(), metrics=["accuracy"])
+    tf_hetero.emulate(model, profile, strategy=strategy)
+    history = model.fit(
+        keras.utils.experimental.DatasetCreator(
+            tf_hetero.data.dataset_fn(batch_size=batch, num_workers=N, data=train)),
+        epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=list(callbacks))
+    return model, history
+
+
+def _assert_every_task_applied_once_or_dropped(engine, submitted):
+    tasks = [t for r in engine.rounds for t in r.tasks]
+    assert len(tasks) == len({id(t) for t in tasks}) == submitted  # none lost, none twice
+    done = collections.Counter((t.round, t.worker) for t in tasks if t.state == "done")
+    assert all(t.state in ("done", "dropped") for t in tasks)
+    for r in engine.rounds:
+        assert r.applied == sum(r.lanes.values())  # what the PS applied == what was counted
+        assert r.lanes == {w: n for (rid, w), n in done.items() if rid == r.id}
+
+
+def test_bsp_applies_every_task_exactly_once_with_a_slow_worker(cluster):
+    import tf_hetero
+
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    _fit_with_profile(cluster, strategy, "slow=2:3;base_ms=30", steps=30)
+    engine = strategy.engine
+    _assert_every_task_applied_once_or_dropped(engine, 30)
+    assert all(r.applied == N for r in engine.rounds)
+    assert strategy.monitor.summary()["dropped_tasks"] == 0
+
+
+def test_backup_workers_apply_first_tasks_and_drop_the_late_one(cluster):
+    import tf_hetero
+
+    strategy = tf_hetero.BackupWorkerStrategy(cluster.resolver, backups=1)
+    _fit_with_profile(cluster, strategy, "slow=2:4;base_ms=30", steps=40)
+    engine = strategy.engine
+    _assert_every_task_applied_once_or_dropped(engine, 40)
+    dropped = [t for r in engine.rounds for t in r.tasks if t.state == "dropped"]
+    assert dropped and all(t.worker == 2 for t in dropped)
+    assert all(2 not in r.lanes for r in engine.rounds if any(t in dropped for t in r.tasks))
+    summary = strategy.monitor.summary()
+    assert summary["applied_tasks"] == sum(r.applied for r in engine.rounds)
+    assert summary["dropped_tasks"] == len(dropped)
+
+
+def test_ssp_keeps_every_worker_within_the_staleness_bound(cluster):
+    import tf_hetero
+
+    s = 2
+    strategy = tf_hetero.SSPStrategy(cluster.resolver, staleness=s)
+    _fit_with_profile(cluster, strategy, "slow=2:4;base_ms=30", steps=36)
+    tasks = sorted(strategy.monitor.tasks, key=lambda t: t.start)
+    assert len(tasks) == 36
+    for t in tasks:
+        finished = [sum(1 for u in tasks if u.worker == w and u.end <= t.start) for w in range(N)]
+        assert finished[t.worker] - min(finished) <= s
+    counts = collections.Counter(t.worker for t in tasks)
+    assert counts[2] < counts[0]  # the slow worker still runs fewer tasks
+    assert strategy.monitor.summary()["max_staleness"] >= 1
+
+
+def test_asp_applies_each_task_at_once_and_records_staleness(cluster):
+    import tf_hetero
+
+    strategy = tf_hetero.ASP(cluster.resolver)
+    model, _ = _fit_with_profile(cluster, strategy, "slow=2:3;base_ms=20", steps=30)
+    summary = strategy.monitor.summary()
+    assert summary["tasks"] == summary["applied_tasks"] == 30
+    assert int(model.optimizer.iterations.numpy()) == 30
+    assert summary["max_staleness"] >= 1
+
+
+def test_standard_callbacks_and_monitor_logs_work_under_bsp(cluster, tmp_path):
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    csv_path = tmp_path / "log.csv"
+    callbacks = [
+        tf_hetero.MonitorLogs(strategy),
+        keras.callbacks.CSVLogger(str(csv_path)),
+        keras.callbacks.TensorBoard(str(tmp_path / "tb")),
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpt" / "weights"), save_weights_only=True),
+        keras.callbacks.BackupAndRestore(str(tmp_path / "backup")),
+        keras.callbacks.EarlyStopping(monitor="loss", patience=5),
+    ]
+    model, history = _fit_with_profile(cluster, strategy, "base_ms=5", steps=12, epochs=2,
+                                       callbacks=callbacks)
+    assert len(history.history["loss"]) == 2
+    assert history.history["tf_hetero/rounds"] == [4, 4]
+    rows = list(csv.DictReader(open(csv_path)))
+    assert len(rows) == 2 and float(rows[1]["tf_hetero/applied_tasks"]) == 12
+    assert any(f.startswith("events") for _, _, fs in os.walk(tmp_path / "tb") for f in fs)
+    assert (tmp_path / "ckpt").exists()
+    assert int(model.optimizer.iterations.numpy()) == 8
+
+
+def test_evaluate_runs_unchanged_under_bsp(cluster):
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    model, _ = _fit_with_profile(cluster, strategy, "base_ms=5", steps=6)
+    test = tf_hetero.data.load("digits", "test")
+    result = model.evaluate(
+        keras.utils.experimental.DatasetCreator(
+            tf_hetero.data.dataset_fn(batch_size=16, data=test)), steps=5, verbose=0,
+        return_dict=True)
+    assert 0.0 <= result["accuracy"] <= 1.0
+    assert len(strategy.engine.rounds) == 2  # evaluation tasks did not enter rounds
+
+
+def test_backup_worker_strategy_rejects_impossible_backups(cluster):
+    import tf_hetero
+
+    with pytest.raises(ValueError, match=r"backups=3\) with 3 workers: need an integer from 0 to 2"):
+        tf_hetero.BackupWorkerStrategy(cluster.resolver, backups=3)
+    with pytest.raises(ValueError, match=r"staleness=-1"):
+        tf_hetero.SSPStrategy(cluster.resolver, staleness=-1)
