@@ -292,6 +292,10 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             apply = getattr(closure, "_tf_hetero_apply", None)
             self._attempt.failed = False
             asp = getattr(closure, "_tf_hetero_asp", False)
+            # The tag only routed the closure here. TF's failure paths put a closure back with
+            # put_back(), which asserts an untagged closure (and may bypass
+            # _on_closure_failure, e.g. for transient PS errors).
+            closure.tag = None
             start = time.perf_counter()
             if task is not None and not self.engine.task_started(task, w):
                 closure._args = (self._round_tensor(NO_ROUND),) + tuple(closure._args[1:])  # pylint: disable=protected-access
@@ -337,6 +341,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
     def _move_pinned_closures(self, w: int) -> None:
         """Moves the train and apply closures queued for dead worker ``w`` to the shared queue."""
         queue = self._cluster.closure_queue
+        if queue._error is not None:  # pylint: disable=protected-access
+            return  # training is failing anyway (e.g. a PS died): nothing to rescue
         moved = []
         with queue._queue_lock:  # pylint: disable=protected-access
             tagged = queue._tagged_queue[w]  # pylint: disable=protected-access
@@ -350,7 +356,12 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             queue.inflight_closure_count -= len(moved)
         for c in moved:
             c.tag = None
-            queue.put(c)
+            try:
+                queue.put(c)
+            except Exception as e:  # pylint: disable=broad-except
+                if self.engine is not None:
+                    self.engine.fail(_translate(e))
+                return
 
 
 class _NullAccumulators:

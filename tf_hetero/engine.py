@@ -157,13 +157,13 @@ class RoundEngine:
 
         Returns False after ``timeout`` seconds; raises the engine's error if it failed.
         """
-        deadline = self.clock() + timeout
+        deadline = time.monotonic() + timeout  # real time, whatever clock stamps events
         with self._lock:
             self._flushing = True
             self._pump()
             while not self.idle():
                 self._raise_if_error()
-                left = deadline - self.clock()
+                left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._changed.wait(min(left, 1.0))
@@ -196,11 +196,14 @@ class RoundEngine:
                     self.monitor.task(task, applied=True, staleness=staleness)
             else:
                 rnd = self.rounds[task.round]
-                task.state = "dropped" if rnd.closed else "done"
-                if self.monitor:
-                    self.monitor.task(task, applied=not rnd.closed, staleness=0)
-                if not rnd.closed and self.sync.should_close(rnd):
-                    self._close(rnd)
+                if rnd.closed:
+                    task.state = "dropped"
+                    if self.monitor:
+                        self.monitor.task(task, applied=False, staleness=0)
+                else:  # recorded in the monitor when the round closes
+                    task.state = "done"
+                    if self.sync.should_close(rnd):
+                        self._close(rnd)
             self._pump()
             self._changed.notify_all()
 
@@ -223,6 +226,7 @@ class RoundEngine:
             self._live.discard(worker)
             if self.monitor:
                 self.monitor.event("worker_failed", worker=worker)
+            self._pump()  # e.g. lifts an SSP bound the dead worker was holding down
             self._changed.notify_all()
 
     def worker_recovered(self, worker: int) -> None:
@@ -308,6 +312,8 @@ class RoundEngine:
             self.dispatcher.dispatch(task, task.pinned, rnd.id)
 
     def _close(self, rnd: Round) -> None:
+        if self._error is not None:
+            return
         rnd.closed, rnd.t_close = True, self.clock()
         # Tasks not started yet will find their round closed and write nothing; running ones
         # are still writing their lane.
@@ -316,11 +322,16 @@ class RoundEngine:
             t.worker for t in rnd.tasks if t.state == "done")
         # A lane still writing this round cannot be read consistently: leave it out.
         rnd.lanes = {w: n for w, n in sorted(lanes.items()) if w not in late_lanes}
+        for t in rnd.tasks:
+            if t.state == "done" and t.worker not in rnd.lanes:
+                t.state = "dropped"  # its lane was still being written: not applied
+            if t.state in ("done", "dropped") and self.monitor:
+                self.monitor.task(t, applied=t.state == "done", staleness=0)
         self._open = None
         if rnd.lanes:
             self._applying = rnd
             self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes))
         else:
-            rnd.applied = 0
+            rnd.applied, rnd.t_applied = 0, rnd.t_close
             if self.monitor:
                 self.monitor.round(rnd)

@@ -73,7 +73,7 @@ class FirstK:
     mode = "rounds"
 
     def __init__(self, backups: int):
-        if not isinstance(backups, int) or backups < 0:
+        if not isinstance(backups, int) or isinstance(backups, bool) or backups < 0:
             raise ValueError(f"backups={backups!r}: need an integer >= 0.")
         self.backups = backups
 
@@ -120,7 +120,7 @@ class StalenessBound:
     """SSP: a worker may not get more than ``staleness`` tasks ahead of the slowest live worker."""
 
     def __init__(self, staleness: int):
-        if not isinstance(staleness, int) or staleness < 0:
+        if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 0:
             raise ValueError(f"staleness={staleness!r}: need an integer >= 0.")
         self.staleness = staleness
 
