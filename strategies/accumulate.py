@@ -51,15 +51,17 @@ def accumulating(engine_accumulators_for, round_id: tf.Tensor):
       round_id: the int64 round-id tensor of the function being traced.
 
     Yields a dict whose ``"calls"`` entry counts the intercepted ``apply_gradients`` calls
-    (0 means the traced function is not a training step).
+    (0 means the traced function is not a training step) and ``"bytes"`` the size of the
+    gradients one call pushes.
     """
-    record = {"calls": 0}
+    record = {"calls": 0, "bytes": 0}
 
     def apply_gradients(self, grads_and_vars, name=None, **kwargs):
         grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
         if not grads_and_vars:
             return self.iterations
         record["calls"] += 1
+        record["bytes"] += sum(v.shape.num_elements() * v.dtype.size for _, v in grads_and_vars)
         # Legacy optimizers create `iterations` on first use: do it outside control deps.
         iterations = self.iterations
         acc = engine_accumulators_for(self, [v for _, v in grads_and_vars])

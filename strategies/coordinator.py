@@ -56,9 +56,13 @@ def _translate(e: BaseException) -> BaseException:
 class _Entry:
     """How the coordinator runs one scheduled function."""
 
-    def __init__(self, accumulate_fn=None, is_train: bool = False):
+    def __init__(self, accumulate_fn=None, is_train: bool = False, keep=None):
         self.accumulate_fn = accumulate_fn
         self.is_train = is_train
+        # Functions traced only to inspect a step stay referenced here: garbage-collected in
+        # the middle of fit, TF removes them from every server with blocking RPCs (seen:
+        # seconds of stall).
+        self.keep = keep
 
 
 class HeteroCoordinator(cc.ClusterCoordinator):
@@ -203,17 +207,17 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         if entry is not None:
             return entry
         if self.engine is None or not self.engine.rounds_mode:
-            # Async presets run the step as written; only the trace decides if it trains.
-            entry = _Entry(None, is_train=self._calls_apply_gradients(fn, args, kwargs))
+            entry = self._probe_entry(fn, args, kwargs)
         else:
             entry = self._accumulating_entry(fn, args, kwargs)
         self._entries[fn] = entry
         return entry
 
-    def _calls_apply_gradients(self, fn, args, kwargs) -> bool:
+    def _probe_entry(self, fn, args, kwargs) -> _Entry:
+        """Async presets run the step as written; a trace tells whether it trains."""
         python_fn = getattr(fn, "python_function", None)
         if python_fn is None:
-            return False
+            return _Entry(None, is_train=False)
         record = {}
 
         @tf.function
@@ -223,8 +227,10 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             record.update(rec)
             return out
 
-        self._closure(probe, args, kwargs)  # traces only
-        return record.get("calls", 0) > 0
+        keep = self._closure(probe, args, kwargs)  # traces only
+        if record.get("calls", 0):
+            self.monitor.bytes_per_push = record["bytes"]
+        return _Entry(None, is_train=record.get("calls", 0) > 0, keep=keep)
 
     def _accumulating_entry(self, fn, args, kwargs) -> _Entry:
         python_fn = getattr(fn, "python_function", None)
@@ -239,8 +245,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             record.update(rec)
             return out
 
-        self._closure(accumulate_fn, (self._round_tensor(NO_ROUND),) + tuple(args), kwargs)
-        return _Entry(accumulate_fn, is_train=record.get("calls", 0) > 0)
+        keep = self._closure(accumulate_fn, (self._round_tensor(NO_ROUND),) + tuple(args), kwargs)
+        return _Entry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep)
 
     def _accumulators_for(self, optimizer, variables) -> Accumulators:
         for acc in self._accumulators:

@@ -4,6 +4,7 @@
     tf-hetero run --workers N --ps M [--profile SPEC] -- PROGRAM ARGS...
                                               a whole local cluster, PROGRAM as chief
     tf-hetero demo [--workers 4 --ps 2 --profile slow=3:4 ...]
+    tf-hetero bench --strategies pss,bsp,backup,ssp --workers 4 --ps 2 --profile slow=3:4
 
 ``launch``: as worker/ps, start the server and block until SIGTERM/SIGINT (exit 0); as chief,
 replace this process with PROGRAM; as evaluator, say it is not used and exit 0. TF_CONFIG is
@@ -159,6 +160,23 @@ def cmd_demo(args) -> int:
     os._exit(0)
 
 
+def cmd_bench(args) -> int:
+    from tf_hetero.bench import BenchConfig, run_bench
+
+    try:
+        cfg = BenchConfig(strategies=tuple(args.strategies.split(",")), workers=args.workers,
+                          ps=args.ps, profile=args.profile, model=args.model, tasks=args.tasks,
+                          steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
+                          target_accuracy=args.target_accuracy, out_dir=args.out_dir,
+                          json_path=args.json)
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
+    run_bench(cfg)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # as for demo: skip TF teardown against the stopped cluster
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tf-hetero", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -191,6 +209,21 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--in-process", action="store_true",
                       help="servers inside this process instead of separate processes")
     demo.set_defaults(fn=cmd_demo)
+
+    bench = sub.add_parser("bench", help="strategies side by side on one local cluster")
+    bench.add_argument("--strategies", default="pss,asp,bsp,backup,ssp",
+                       help="comma-separated: pss, asp, bsp, backup[B], ssp[S] (pss is always run)")
+    bench.add_argument("--workers", type=int, default=4)
+    bench.add_argument("--ps", type=int, default=2)
+    bench.add_argument("--profile", default="slow=3:4")
+    bench.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    bench.add_argument("--tasks", type=int, default=400, help="sample budget in micro-batches")
+    bench.add_argument("--steps-per-epoch", type=int, default=100)
+    bench.add_argument("--batch-size", type=int, default=32)
+    bench.add_argument("--target-accuracy", type=float, default=0.9)
+    bench.add_argument("--out-dir", default="runs/bench")
+    bench.add_argument("--json", default=None, help="JSON path (.md and .png written beside it)")
+    bench.set_defaults(fn=cmd_bench)
     return p
 
 

@@ -1,0 +1,279 @@
+"""``tf-hetero bench``: strategies side by side on one heterogeneous local cluster.
+
+    tf-hetero bench --strategies pss,bsp,backup,ssp --workers 4 --ps 2 --profile slow=3:4 \\
+        --json runs/bench/bench.json
+
+One invocation starts one multi-process :class:`~tf_hetero.cluster.LocalCluster` and trains
+the same model on the same data with the same sample budget under each strategy in turn
+(this process is the chief). The learning-rate rule is the same for all: SGD with momentum,
+``lr = base_lr x micro-batches per update`` (linear scaling: N for BSP, N-b for backup
+workers, 1 for the asynchronous strategies). The stock ``tf.distribute.ParameterServerStrategy``
+(``pss``) is always included as the reference row, and the ideal (sum of the workers'
+capacities) as the last row.
+
+Per strategy (JSON keys):
+
+- ``samples_per_sec``: applied samples / span of the training tasks (first start to last end);
+  dropped tasks (backup workers) are not counted;
+- ``efficiency``: ``samples_per_sec`` / ideal (:mod:`tf_hetero.metrics`);
+- ``time_to_target_s``: seconds from the first task until the held-out accuracy, sampled
+  every ``eval_interval_s`` from the chief while training runs, first reaches the target
+  (``null`` if never);
+- ``final_accuracy``, ``bytes_pushed_per_sample``, ``rounds`` (applied updates), staleness.
+
+Timings are measured, not asserted: compare rows of one run, as ratios.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import threading
+import time
+
+import numpy as np
+
+from tf_hetero import metrics
+from tf_hetero.profile import Profile
+
+__all__ = ["BenchConfig", "run_bench", "format_table"]
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    strategies: tuple = ("pss", "asp", "bsp", "backup", "ssp")
+    workers: int = 4
+    ps: int = 2
+    profile: str = "slow=3:4"
+    model: str = "mlp"
+    dataset: str = "digits"
+    batch_size: int = 32
+    tasks: int = 400  # sample budget, in micro-batches of batch_size
+    steps_per_epoch: int = 100
+    base_lr: float = 0.02
+    momentum: float = 0.9
+    target_accuracy: float = 0.9
+    eval_interval_s: float = 0.5
+    out_dir: str = "runs/bench"
+    json_path: str | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        from tf_hetero.strategies import registry
+
+        names = [s.strip() for s in self.strategies if s.strip()]
+        for s in names:
+            registry.parse(s)  # raises a clear error for unknown names
+        if "pss" not in names:
+            names.insert(0, "pss")  # the reference row
+        self.strategies = tuple(dict.fromkeys(names))
+        for name in ("workers", "ps", "batch_size", "tasks", "steps_per_epoch"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"bench {name}={v!r}: need an integer >= 1.")
+        if self.tasks % self.steps_per_epoch:
+            raise ValueError(f"bench tasks={self.tasks} must be a multiple of "
+                             f"steps_per_epoch={self.steps_per_epoch}.")
+        if not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"target_accuracy={self.target_accuracy!r}: need 0 < t <= 1.")
+        Profile.parse(self.profile).check_workers(self.workers)
+
+
+class _AccuracySampler:
+    """Evaluates held-out accuracy from the chief every ``interval`` s while fit runs."""
+
+    def __init__(self, model, x, y, interval: float):
+        self.model, self.x, self.y, self.interval = model, x, y, interval
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="tf-hetero-eval")
+
+    def accuracy(self) -> float:
+        logits = self.model(self.x, training=False).numpy()
+        return float(np.mean(np.argmax(logits, axis=1) == self.y))
+
+    def start(self, t0: float):
+        self.t0 = t0
+        self._thread.start()
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            try:
+                acc = self.accuracy()
+            except Exception:  # pylint: disable=broad-except
+                continue  # variables being created or the run ending: skip this sample
+            self.samples.append((time.perf_counter() - self.t0, acc))
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def _task_records(strategy, task_log):
+    """(worker, start, end, applied) for every training task of the run."""
+    if task_log is not None:  # stock PSS
+        return [(r.worker, r.start, r.end, True) for r in task_log.records]
+    return [(t.worker, t.start, t.end, t.applied) for t in strategy.monitor.tasks]
+
+
+def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict:
+    """Trains once under ``spec`` and measures it."""
+    import tf_keras as keras
+
+    import tf_hetero
+    from tf_hetero import data, models
+    from tf_hetero.strategies import registry
+    from tf_hetero.tasklog import TaskLog
+
+    train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
+    strategy = registry.make(spec, cluster.resolver)
+    per_update = registry.updates_per_round(spec, cfg.workers)
+    with strategy.scope():
+        model = models.build(cfg.model, input_shape=train.input_shape,
+                             num_classes=train.num_classes, seed=cfg.seed)
+        model.compile(keras.optimizers.SGD(cfg.base_lr * per_update, momentum=cfg.momentum),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    tf_hetero.emulate(model, profile, strategy=strategy)
+    stock = not isinstance(strategy, tf_hetero.HeteroStrategy)
+    task_log = TaskLog.for_strategy(strategy) if stock else None
+    sampler = _AccuracySampler(model, test.x, test.y, cfg.eval_interval_s)
+    train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=cfg.workers,
+                               seed=cfg.seed, data=train)
+    print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
+          f"lr {cfg.base_lr * per_update:g}", flush=True)
+    t0 = time.perf_counter()
+    sampler.start(t0)
+    progress = tf_hetero.Progress(5.0, task_log=task_log or TaskLog.for_strategy(strategy))
+    model.fit(keras.utils.experimental.DatasetCreator(train_fn),
+              epochs=cfg.tasks // cfg.steps_per_epoch, steps_per_epoch=cfg.steps_per_epoch,
+              verbose=0, callbacks=[progress])
+    fit_wall = time.perf_counter() - t0
+    sampler.stop()
+    final = sampler.accuracy()
+    sampler.samples.append((time.perf_counter() - t0, final))
+
+    records = _task_records(strategy, task_log)
+    first_start = min(r[1] for r in records)
+    span = max(r[2] for r in records) - first_start
+    applied = sum(r[3] for r in records)
+    ideal = metrics.ideal_samples_per_sec(cfg.batch_size, profile.base_ms,
+                                          profile.expected_slowdowns(cfg.workers))
+    sps = applied * cfg.batch_size / span
+    offset = first_start - t0  # accuracy clock starts at fit(); the task clock at task 1
+    hit = next((t - offset for t, a in sampler.samples if a >= cfg.target_accuracy), None)
+    grad_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
+    if stock:
+        rounds, staleness = len(records), {}
+    else:
+        s = strategy.monitor.summary()
+        engine = strategy.engine
+        rounds = len(engine.rounds) if engine and engine.rounds_mode else s["applied_tasks"]
+        staleness = {"mean_staleness": s["mean_staleness"], "max_staleness": s["max_staleness"]}
+    result = {
+        "strategy": spec,
+        "samples_per_sec": sps,
+        "efficiency": metrics.efficiency(sps, ideal),
+        "time_to_target_s": hit,
+        "final_accuracy": final,
+        "bytes_pushed_per_sample": grad_bytes * len(records) / (len(records) * cfg.batch_size),
+        "rounds": rounds,
+        "tasks": len(records),
+        "applied_tasks": applied,
+        "dropped_tasks": len(records) - applied,
+        "fit_wall_s": fit_wall,
+        "task_span_s": span,
+        "learning_rate": cfg.base_lr * per_update,
+        **staleness,
+        "tasks_per_worker": [sum(r[0] == w for r in records) for w in range(cfg.workers)],
+        "accuracy_curve": [(t - offset, a) for t, a in sampler.samples],
+        "timeline": [(w, s - first_start, e - first_start, a) for w, s, e, a in records],
+    }
+    return result
+
+
+def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
+    lines = [f"profile `{cfg.profile}`, {cfg.workers} workers / {cfg.ps} PS, model {cfg.model}, "
+             f"data {cfg.dataset}, {cfg.tasks} tasks x {cfg.batch_size} samples, target accuracy "
+             f"{cfg.target_accuracy}", "",
+             "| strategy | samples/s | efficiency | time to target s | final accuracy | "
+             "bytes pushed/sample | rounds | dropped tasks | tasks per worker |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        ttt = f"{r['time_to_target_s']:.1f}" if r["time_to_target_s"] is not None else "not reached"
+        lines.append(
+            f"| {r['strategy']} | {r['samples_per_sec']:.0f} | {r['efficiency']:.3f} | {ttt} | "
+            f"{r['final_accuracy']:.4f} | {r['bytes_pushed_per_sample']:.0f} | {r['rounds']} | "
+            f"{r['dropped_tasks']} | {'/'.join(map(str, r['tasks_per_worker']))} |")
+    lines.append(f"| ideal | {ideal:.0f} | 1.000 | | | | | | |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], cfg: BenchConfig, path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(results)
+    fig = plt.figure(figsize=(12, 3.2 + 1.1 * n))
+    grid = fig.add_gridspec(1 + n, 1, height_ratios=[3] + [1] * n)
+    ax = fig.add_subplot(grid[0])
+    for r in results:
+        curve = np.asarray(r["accuracy_curve"])
+        ax.plot(curve[:, 0], curve[:, 1], label=r["strategy"])
+    ax.axhline(cfg.target_accuracy, color="grey", ls=":", lw=1)
+    ax.set_xlabel("seconds since the first task")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title(f"profile {cfg.profile}: accuracy vs wall time")
+    ax.legend(loc="lower right")
+    colors = plt.get_cmap("tab10")
+    span = max(max(e for _, _, e, _ in r["timeline"]) for r in results)
+    for i, r in enumerate(results):
+        axt = fig.add_subplot(grid[1 + i])
+        for w, s, e, applied in r["timeline"]:
+            axt.barh(w, e - s, left=s, height=0.7, color=colors(w % 10) if applied else "lightgrey",
+                     edgecolor="white", linewidth=0.2)
+        axt.set_xlim(0, span)
+        axt.set_yticks(range(cfg.workers))
+        axt.invert_yaxis()
+        axt.set_ylabel(r["strategy"], rotation=0, ha="right", va="center")
+        axt.tick_params(labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def run_bench(cfg: BenchConfig) -> list[dict]:
+    from tf_hetero.cluster import LocalCluster
+
+    profile = Profile.parse(cfg.profile)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    print(f"[tf-hetero bench] {', '.join(cfg.strategies)} on {cfg.workers} workers / {cfg.ps} PS, "
+          f"profile {profile.spec()}", flush=True)
+    results = []
+    with LocalCluster(cfg.workers, cfg.ps, profile=profile, processes=True) as cluster:
+        for spec in cfg.strategies:
+            # Free the previous run's strategy, model and remote resources now, outside the
+            # timed region: collected during the next fit they stalled it (seen: +26 s).
+            t = time.perf_counter()
+            gc.collect()
+            if time.perf_counter() - t > 1.0:
+                print(f"[tf-hetero bench] cleanup took {time.perf_counter() - t:.1f}s", flush=True)
+            results.append(run_strategy(spec, cluster, cfg, profile))
+    ideal = metrics.ideal_samples_per_sec(cfg.batch_size, profile.base_ms,
+                                          profile.expected_slowdowns(cfg.workers))
+    table = format_table(results, cfg, ideal)
+    print("\n" + table + "\n", flush=True)
+    stem = os.path.splitext(cfg.json_path)[0] if cfg.json_path else os.path.join(cfg.out_dir, "bench")
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+    with open(stem + ".json", "w") as f:
+        json.dump({"config": dataclasses.asdict(cfg), "ideal_samples_per_sec": ideal,
+                   "results": results}, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(table + "\n")
+    plot(results, cfg, stem + ".png")
+    print(f"[tf-hetero bench] wrote {stem}.json, .md and .png", flush=True)
+    return results
