@@ -200,7 +200,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=4)
     demo.add_argument("--ps", type=int, default=2)
     demo.add_argument("--profile", default="slow=3:4")
-    demo.add_argument("--strategy", default="pss")
+    demo.add_argument("--strategy", default="pss",
+                      help="pss (stock TF), asp, bsp, backup[B], ssp[S]")
     demo.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     demo.add_argument("--epochs", type=int, default=4)
     demo.add_argument("--steps-per-epoch", type=int, default=100)

@@ -25,7 +25,6 @@ from tf_hetero.tasklog import TaskLog, measured_ratios
 
 __all__ = ["DemoConfig", "DemoResult", "run_demo", "train", "measure", "format_report", "plot"]
 
-STRATEGIES = ("pss",)  # later issues add their strategies here
 
 
 @dataclasses.dataclass
@@ -46,8 +45,9 @@ class DemoConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"Unknown demo strategy {self.strategy!r}. Fix: use one of {STRATEGIES}.")
+        from tf_hetero.strategies import registry
+
+        registry.parse(self.strategy)  # a clear error for an unknown name
         for name in ("workers", "ps", "batch_size", "epochs", "steps_per_epoch"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -80,14 +80,6 @@ class DemoResult:
         return json.dumps(dataclasses.asdict(self), indent=1)
 
 
-def _make_strategy(name: str, resolver):
-    from tf_hetero.strategies import stock_parameter_server_strategy
-
-    if name == "pss":
-        return stock_parameter_server_strategy(resolver)
-    raise ValueError(name)  # DemoConfig already checked the name
-
-
 def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
     """Trains once under ``cfg.strategy`` on the cluster behind ``resolver``; measures it."""
     import tf_keras as keras
@@ -95,9 +87,11 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
     import tf_hetero
     from tf_hetero import data, models
 
+    from tf_hetero.strategies import registry
+
     train_split = data.load(cfg.dataset, "train")
     test_split = data.load(cfg.dataset, "test")
-    strategy = _make_strategy(cfg.strategy, resolver)
+    strategy = registry.make(cfg.strategy, resolver)
     n = strategy.extended._num_workers  # pylint: disable=protected-access
     with strategy.scope():
         model = models.build(cfg.model, input_shape=train_split.input_shape,
@@ -106,7 +100,9 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
     tf_hetero.emulate(model, profile, strategy=strategy)
-    task_log = TaskLog.for_strategy(strategy)
+    hetero = isinstance(strategy, tf_hetero.HeteroStrategy)
+    task_log = TaskLog.for_strategy(strategy)  # progress; for tf-hetero strategies it also
+    # sees round applies, so their training tasks are taken from the monitor below
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=n, seed=cfg.seed,
                                data=train_split)
     t0 = time.perf_counter()
@@ -115,25 +111,32 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
               callbacks=[tf_hetero.Progress(cfg.progress_interval_s, task_log=task_log)])
     fit_wall = time.perf_counter() - t0
     task_log.detach()
+    if hetero:
+        task_log = TaskLog()
+        for t in strategy.monitor.tasks:
+            task_log.record(t.worker, t.start, t.end)
 
     logits = model(test_split.x, training=False).numpy()
     accuracy = float(np.mean(np.argmax(logits, axis=1) == test_split.y))
+    applied = strategy.monitor.summary()["applied_tasks"] if hetero else None
     return measure(task_log, profile, n, cfg.batch_size, fit_wall_s=fit_wall, accuracy=accuracy,
-                   strategy=cfg.strategy, config=dataclasses.asdict(cfg))
+                   strategy=cfg.strategy, config=dataclasses.asdict(cfg), applied_tasks=applied)
 
 
 def measure(task_log: TaskLog, profile: Profile, num_workers: int, batch_size: int, *,
-            fit_wall_s: float, accuracy: float, strategy: str, config: dict) -> DemoResult:
+            fit_wall_s: float, accuracy: float, strategy: str, config: dict,
+            applied_tasks: int | None = None) -> DemoResult:
     """Turns a finished fit's task log into per-worker figures and cluster efficiency.
 
     ``config`` is reported as given; :func:`format_report` and :func:`plot` read its
-    ``profile``, ``model``, ``dataset`` and ``batch_size`` entries.
+    ``profile``, ``model``, ``dataset`` and ``batch_size`` entries. ``applied_tasks`` (default:
+    every task) is what counts toward samples/s: dropped tasks (backup workers) do not.
     """
     # Each worker's first task also traces and registers the function: leave it out of the
     # per-task times, keep it in counts and throughput.
     stats = task_log.stats(num_workers, skip_first=1)
     tasks = [s.count for s in stats]
-    samples = sum(tasks) * batch_size
+    samples = (sum(tasks) if applied_tasks is None else applied_tasks) * batch_size
     span = task_log.span()
     expected = profile.expected_slowdowns(num_workers)
     ideal = metrics.ideal_samples_per_sec(batch_size, profile.base_ms, expected)
