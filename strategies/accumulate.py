@@ -28,7 +28,21 @@ import threading
 
 import tensorflow as tf
 
-__all__ = ["Accumulators", "accumulating", "optimizer_classes"]
+__all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "LANE_CODE"]
+
+#: A task's code packs its round and, optionally, the lane it writes:
+#: ``code = round * LANE_CODE + lane + 1`` (``+ 0``: the lane of the worker that runs it).
+#: A negative code writes nothing (the task's round closed before it started).
+LANE_CODE = 1024
+
+
+def task_code(round_id: int, lane: int | None = None) -> int:
+    """>>> task_code(3), task_code(3, lane=5), task_code(-1)
+    (3072, 3078, -1)
+    """
+    if round_id < 0:
+        return -1
+    return round_id * LANE_CODE + (0 if lane is None else lane + 1)
 
 _state = threading.local()
 _patch_lock = threading.RLock()
@@ -43,12 +57,12 @@ def optimizer_classes() -> list[type]:
 
 
 @contextlib.contextmanager
-def accumulating(engine_accumulators_for, round_id: tf.Tensor):
+def accumulating(engine_accumulators_for, code: tf.Tensor):
     """While tracing: ``optimizer.apply_gradients`` accumulates into the round's lanes.
 
     Args:
       engine_accumulators_for: ``fn(optimizer, variables) -> Accumulators``.
-      round_id: the int64 round-id tensor of the function being traced.
+      code: the int64 task-code tensor (:func:`task_code`) of the function being traced.
 
     Yields a dict whose ``"calls"`` entry counts the intercepted ``apply_gradients`` calls
     (0 means the traced function is not a training step) and ``"bytes"`` the size of the
@@ -65,7 +79,7 @@ def accumulating(engine_accumulators_for, round_id: tf.Tensor):
         # Legacy optimizers create `iterations` on first use: do it outside control deps.
         iterations = self.iterations
         acc = engine_accumulators_for(self, [v for _, v in grads_and_vars])
-        with tf.control_dependencies([acc.accumulate(grads_and_vars, round_id)]):
+        with tf.control_dependencies([acc.accumulate(grads_and_vars, code)]):
             return tf.identity(iterations)  # no increment: iterations counts rounds
 
     with _patch_lock:
@@ -91,10 +105,14 @@ class Accumulators:
     ``w`` of ``slot`` holds, ``counts[w, slot]`` how many micro-batches it summed.
     """
 
-    def __init__(self, strategy, variables, num_workers: int):
+    def __init__(self, strategy, variables, num_workers: int, num_lanes: int | None = None):
         self.strategy = strategy
         self.variables = list(variables)
         self.num_workers = num_workers
+        # Lanes 0..N-1 belong to the workers; more lanes take duplicate (transferred) tasks.
+        self.num_lanes = num_lanes = num_lanes or num_workers
+        if not num_workers <= num_lanes < LANE_CODE:
+            raise ValueError(f"num_lanes={num_lanes}: need {num_workers} to {LANE_CODE - 1}.")
         self._index = {v.ref(): i for i, v in enumerate(self.variables)}
         self.acc = []
         # Created while a task is traced (inside the strategy, in replica context, where
@@ -104,26 +122,30 @@ class Accumulators:
             for v in self.variables:
                 with strategy.extended.colocate_vars_with(v):
                     self.acc.append(tf.Variable(
-                        tf.zeros([2, num_workers] + v.shape.as_list(), v.dtype),
+                        tf.zeros([2, num_lanes] + v.shape.as_list(), v.dtype),
                         trainable=False, name=_clean(v.name) + "/tf_hetero_acc",
                         aggregation=tf.VariableAggregation.NONE))
             with strategy.extended.colocate_vars_with(self.variables[0]):
-                self.tags = tf.Variable(tf.fill([num_workers, 2], tf.constant(-1, tf.int64)),
+                self.tags = tf.Variable(tf.fill([num_lanes, 2], tf.constant(-1, tf.int64)),
                                         trainable=False, name="tf_hetero_acc_tags")
-                self.counts = tf.Variable(tf.zeros([num_workers, 2], tf.int64),
+                self.counts = tf.Variable(tf.zeros([num_lanes, 2], tf.int64),
                                           trainable=False, name="tf_hetero_acc_counts")
         self.bytes_per_push = sum(v.shape.num_elements() * v.dtype.size for v in self.variables)
 
     def covers(self, variables) -> bool:
         return all(v.ref() in self._index for v in variables)
 
-    def accumulate(self, grads_and_vars, round_id: tf.Tensor) -> tf.Operation:
-        """In a task: add this micro-batch's gradients to lane (this worker, round parity).
+    def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
+        """In a task: add this micro-batch's gradients to its lane of its round's slot.
 
-        ``round_id < 0`` marks a task whose round closed before it started: it writes nothing.
+        ``code`` is :func:`task_code` (round and lane); a negative code marks a task whose
+        round closed before it started: it writes nothing.
         """
-        lane = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(),
-                       tf.int64)
+        worker = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(),
+                         tf.int64)
+        round_id = tf.math.floordiv(code, LANE_CODE)
+        lane_plus_one = tf.math.floormod(code, LANE_CODE)
+        lane = tf.where(lane_plus_one > 0, lane_plus_one - 1, worker)
         grads_and_vars = [(_dense(g), v) for g, v in grads_and_vars]
 
         def write():
@@ -147,33 +169,33 @@ class Accumulators:
             with tf.control_dependencies([c, t]):
                 return tf.constant(True)
 
-        return tf.cond(round_id >= 0, write, lambda: tf.constant(False))
+        return tf.cond(code >= 0, write, lambda: tf.constant(False))
 
     def make_apply_fn(self, optimizer):
-        """A ``tf.function(round_id, include)`` applying the round's mean gradient once.
+        """A ``tf.function(weights, expected)`` applying one update with the user's optimizer.
 
-        ``include`` is a float ``[num_workers]`` mask of the lanes the engine closed the round
-        with; lanes whose tag is not ``round_id`` are left out as well. Returns the number of
-        micro-batches applied (0: nothing applied).
+        ``weights[lane, slot]`` (float) says how much each micro-batch in that accumulator
+        lane counts (1 for the closing round, less for a late gradient folded in, 0 for the
+        rest); a lane counts only if its tag equals ``expected[lane, slot]``. The update is
+        the weighted mean ``sum(w * acc) / sum(w * count)``. Returns the number of
+        micro-batches it contains.
         """
         strategy = self.strategy
 
         @tf.function
-        def apply_fn(round_id, include):
+        def apply_fn(weights, expected):
             def step():
-                slot = round_id % 2
-                valid = include * tf.cast(tf.equal(self.tags[:, slot], round_id), include.dtype)
-                n = tf.reduce_sum(valid * tf.cast(self.counts[:, slot], include.dtype))
-
-                # The engine applies only rounds with work in them (n >= 1).
+                valid = weights * tf.cast(tf.equal(self.tags, expected), weights.dtype)
+                counts = tf.cast(self.counts, weights.dtype)
+                n = tf.reduce_sum(valid * counts)  # the engine applies only with work (n > 0)
                 grads = []
                 for acc in self.acc:
                     with tf.device(acc.device):
-                        w = tf.cast(valid, acc.dtype)
-                        total = tf.tensordot(w, tf.gather(acc, slot), axes=1)
-                        grads.append(total / tf.cast(tf.maximum(n, 1.0), acc.dtype))
+                        w = tf.cast(tf.transpose(valid), acc.dtype)  # [slot, lane]
+                        total = tf.tensordot(w, acc, axes=[[0, 1], [0, 1]])
+                        grads.append(total / tf.cast(tf.maximum(n, 1e-6), acc.dtype))
                 with tf.control_dependencies([optimizer.apply_gradients(zip(grads, self.variables))]):
-                    return tf.identity(n)
+                    return tf.reduce_sum(tf.cast(valid > 0, counts.dtype) * counts)
 
             return strategy.run(step)
 

@@ -18,6 +18,7 @@ coordinator. This subclass:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -27,7 +28,7 @@ from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
 from tf_hetero.engine import EngineError, RoundEngine
 from tf_hetero.monitor import Monitor
-from tf_hetero.strategies.accumulate import Accumulators, _patch_lock, accumulating
+from tf_hetero.strategies.accumulate import Accumulators, _patch_lock, accumulating, task_code
 
 __all__ = ["HeteroCoordinator", "ParameterServerError"]
 
@@ -79,7 +80,9 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.engine: RoundEngine | None = None
         if self._hetero.preset != "asp":
             self.engine = RoundEngine(n, self._hetero.sync, self._hetero.assign, dispatcher=self,
-                                      gate=self._hetero.gate, monitor=self.monitor)
+                                      gate=self._hetero.gate, monitor=self.monitor,
+                                      late=self._hetero.late, transfer=self._hetero.transfer,
+                                      extra_lanes=self._hetero.extra_lanes)
         self._entries: dict = {}
         self._accumulators: list[Accumulators] = []
         self._apply_fn = None
@@ -88,6 +91,10 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self._attempt = threading.local()
         self._asp_version = 0
         self._asp_lock = threading.Lock()
+        if self.engine is not None and self._hetero.tick_s:
+            # Deadlines and task transfer need time to pass without any event.
+            threading.Thread(target=self._tick_loop, daemon=True,
+                             name="tf-hetero-engine-tick").start()
         for worker in self._cluster.workers:
             self._instrument(worker)
 
@@ -103,12 +110,14 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             self._translated(self._cluster.closure_queue.put, closure)
             return remote_value
         if self.engine.rounds_mode:
-            closure = self._closure(entry.accumulate_fn, (self._round_tensor(NO_ROUND),) + tuple(args or ()), kwargs)
+            call = (entry.accumulate_fn, (self._round_tensor(NO_ROUND),) + tuple(args or ()), kwargs)
+            closure = self._closure(*call)
+            closure._tf_hetero_source = call  # pylint: disable=protected-access
         else:
             closure = self._closure(fn, args, kwargs)
         remote_value = closure.build_output_remote_value()
         try:
-            closure._tf_hetero_task = self.engine.submit(closure)  # pylint: disable=protected-access
+            self.engine.submit(closure)  # dispatch() attaches the engine's Task to the closure
         except Exception as e:  # pylint: disable=broad-except
             raise _translate(e) from e
         return remote_value
@@ -126,25 +135,48 @@ class HeteroCoordinator(cc.ClusterCoordinator):
     # -------------------------------------------------------------- dispatcher
     def dispatch(self, task, worker, round_id):
         closure = task.payload
+        # Set here, before the put: a worker thread may pick the closure up at once (even
+        # before engine.submit() has returned to schedule()).
+        closure._tf_hetero_task = task  # pylint: disable=protected-access
         if round_id is not None:
-            closure._args = (self._round_tensor(round_id),) + tuple(closure._args[1:])  # pylint: disable=protected-access
+            code = task_code(round_id, task.lane)
+            closure._args = (self._round_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
         self._put(closure, worker)
 
-    def dispatch_apply(self, round_id, lanes):
+    def duplicate(self, task):
+        """A second closure of ``task``'s step (task transfer); it reads its own worker's data."""
+        fn, args, kwargs = task.payload._tf_hetero_source  # pylint: disable=protected-access
+        return self._closure(fn, args, kwargs)
+
+    def dispatch_apply(self, round_id, lanes, folds=None):
         try:
-            self._dispatch_apply(round_id, lanes)
+            self._dispatch_apply(round_id, lanes, folds or {})
         except Exception as e:  # pylint: disable=broad-except
             self.engine.fail(_translate(e))  # e.g. the queue already holds a PS error
 
-    def _dispatch_apply(self, round_id, lanes):
-        include = np.zeros(self.engine.num_workers, np.float32)
-        include[list(lanes)] = 1.0
+    def _dispatch_apply(self, round_id, lanes, folds):
+        lanes_n = self.engine.num_lanes
+        weights = np.zeros((lanes_n, 2), np.float32)
+        expected = np.full((lanes_n, 2), -2, np.int64)
+        for lane in lanes:
+            weights[lane, round_id % 2], expected[lane, round_id % 2] = 1.0, round_id
+        for (lane, slot), (late_round, weight) in folds.items():
+            weights[lane, slot], expected[lane, slot] = weight, late_round
         closure = self._closure(self._round_apply_fn(),
-                                (self._round_tensor(round_id), tf.constant(include)), None)
+                                (tf.constant(weights), tf.constant(expected)), None)
         closure._tf_hetero_apply = (round_id, closure.build_output_remote_value())  # pylint: disable=protected-access
         live = self.engine.live_workers
-        worker = min(lanes, key=lambda w: (w not in live, w)) if lanes else None
+        workers = [w for w in list(lanes) + [lane for lane, _ in folds] if w < self.engine.num_workers]
+        worker = min(workers, key=lambda w: (w not in live, w)) if workers else None
         self._put(closure, worker if worker in live else None)
+
+    def _tick_loop(self):
+        while not getattr(self, "_stopped", False):
+            time.sleep(self._hetero.tick_s)
+            try:
+                self.engine.tick()
+            except Exception:  # pylint: disable=broad-except
+                logging.getLogger("tf_hetero").exception("engine tick failed")
 
     def cancel(self, task):
         task.payload.mark_cancelled()
@@ -253,7 +285,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             if acc.optimizer is optimizer and acc.covers(variables):
                 return acc
         with tf.init_scope():
-            acc = Accumulators(self.strategy, variables, self.engine.num_workers)
+            acc = Accumulators(self.strategy, variables, self.engine.num_workers,
+                               self.engine.num_lanes)
         acc.optimizer = optimizer
         self._accumulators.append(acc)
         self.monitor.bytes_per_push = sum(a.bytes_per_push for a in self._accumulators)
@@ -265,8 +298,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             fns = [a.make_apply_fn(a.optimizer) for a in self._accumulators]
 
             @tf.function
-            def apply_all(round_id, include):
-                counts = [f(round_id, include) for f in fns]
+            def apply_all(weights, expected):
+                counts = [f(weights, expected) for f in fns]
                 return counts[0]
 
             self._apply_fn, self._apply_key = apply_all, key

@@ -1,7 +1,7 @@
 """Strategies by name, for the CLI, the demo and the benchmark.
 
 >>> names()
-['asp', 'backup', 'bsp', 'pss', 'ssp']
+['asp', 'backup', 'bsp', 'epsp', 'epspslack', 'pss', 'ssp']
 >>> parse("backup2"), parse("ssp"), parse("bsp")
 (('backup', 2), ('ssp', 3), ('bsp', None))
 """
@@ -50,6 +50,8 @@ def updates_per_round(spec: str, num_workers: int) -> int:
         return num_workers
     if name == "backup":
         return max(1, num_workers - arg)
+    if name.startswith("epsp"):
+        return arg or num_workers
     return 1
 
 
@@ -68,6 +70,11 @@ def _builtin():
     register("bsp", lambda r, _: s.BSPStrategy(r))
     register("backup", lambda r, b: s.BackupWorkerStrategy(r, backups=b), 1, "backups")
     register("ssp", lambda r, k: s.SSPStrategy(r, staleness=k), 3, "staleness")
+    from tf_hetero.strategies.epsp import EPSPStrategy
+
+    register("epsp", lambda r, k: EPSPStrategy(r, round_tasks=k), None, "round_tasks")
+    register("epspslack", lambda r, k: EPSPStrategy(r, sync="slack", round_tasks=k), None,
+             "round_tasks")
 
 
 _builtin()

@@ -51,6 +51,14 @@ class EngineConfig:
     #: Seconds ``join`` may see no task or round finish before it gives up with an error
     #: (TF alone would wait up to an hour for a dead worker).
     stall_timeout_s: float = 600.0
+    #: Late-gradient policy (``weight(staleness)``; ``None`` drops late gradients).
+    late: object = None
+    #: Task-transfer policy (``None``: no transfer).
+    transfer: object = None
+    #: Accumulator lanes beyond one per worker, written by transferred copies.
+    extra_lanes: int = 0
+    #: Seconds between engine ticks (deadlines, transfer); 0 disables the ticker.
+    tick_s: float = 0.0
 
     def __post_init__(self):
         if not self.stall_timeout_s > 0:

@@ -232,3 +232,116 @@ def test_backup_worker_strategy_rejects_impossible_backups(cluster):
         tf_hetero.BackupWorkerStrategy(cluster.resolver, backups=3)
     with pytest.raises(ValueError, match=r"staleness=-1"):
         tf_hetero.SSPStrategy(cluster.resolver, staleness=-1)
+
+
+# ------------------------------------------------------------------------------- EPSP
+def _copies(engine):
+    return [t for r in engine.rounds for t in r.tasks + r.copies]
+
+
+def _assert_each_logical_task_applied_at_most_once(engine):
+    for r in engine.rounds:
+        if r.folds:  # folded lanes add their micro-batches
+            assert r.applied > sum(r.lanes.values())
+        else:
+            assert r.applied == sum(r.lanes.values())
+        for t in r.tasks:
+            applied = [c for c in (t, t.twin) if c is not None and c.state in ("done", "folded")]
+            assert len(applied) <= 1, (t, t.twin)  # a transferred task counts once
+
+
+def test_epsp_enforced_without_stragglers_equals_large_batch_sgd(cluster, data):
+    """Tasks are pulled, so which batches a round holds is read back from the engine."""
+    import tf_keras as keras
+
+    import tf_hetero
+
+    x, y = data
+    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced")
+    with strategy.scope():
+        model = _model()
+        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), _loss())
+    # Every worker reads the same stream; its j-th task uses block j.
+    blocks_x = x.reshape(ROUNDS * N, B, 5)
+    blocks_y = y.reshape(ROUNDS * N, B)
+
+    def same_stream(ctx):
+        import tensorflow as tf
+
+        return tf.data.Dataset.from_tensor_slices((blocks_x, blocks_y))
+
+    model.fit(keras.utils.experimental.DatasetCreator(same_stream), epochs=1,
+              steps_per_epoch=N * ROUNDS, verbose=0)
+    engine = strategy.engine
+    order = sorted((t for t in _copies(engine) if t.state == "done"), key=lambda t: t.t_start)
+    seen = collections.Counter()
+    batch_of = {}
+    for t in order:
+        batch_of[id(t)] = seen[t.worker]
+        seen[t.worker] += 1
+    reference = _model()
+    reference.compile(keras.optimizers.SGD(0.1, momentum=0.9), _loss())
+    for r in engine.rounds:
+        idx = [batch_of[id(t)] for t in r.tasks if t.state == "done"]
+        reference.train_on_batch(np.concatenate([blocks_x[i] for i in idx]),
+                                 np.concatenate([blocks_y[i] for i in idx]))
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    assert int(model.optimizer.iterations.numpy()) == len(engine.rounds) == ROUNDS
+
+
+def test_epsp_enforced_leaves_a_projected_straggler_out_and_logs_why(cluster):
+    import tf_hetero
+
+    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced", window=3,
+                                      probe_every=4)
+    _fit_with_profile(cluster, strategy, "slow=2:4;base_ms=30", steps=45)
+    engine = strategy.engine
+    infos = [r.info for r in engine.rounds]
+    assert any(2 in i["stragglers"] and 2 not in i["participants"] for i in infos)
+    assert any(i["probe"] and 2 in i["participants"] for i in infos)  # it is probed again
+    assert all(i["projection"].keys() == {0, 1, 2} for i in infos)
+    _assert_each_logical_task_applied_at_most_once(engine)
+    s = strategy.monitor.summary()
+    assert s["worker2_straggler_rounds"] > 0
+    assert s["worker2_rounds_taking_part"] < len(engine.rounds)
+
+
+def test_epsp_transfers_long_tasks_and_applies_only_the_first_copy(cluster):
+    import tf_hetero
+
+    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced", transfer_factor=1.5)
+    _fit_with_profile(cluster, strategy, "straggle=0.3x6;base_ms=20;seed=3", steps=45)
+    engine = strategy.engine
+    transfers = [e for e in strategy.monitor.events if e[1] == "transfer"]
+    assert transfers
+    twins = [t for t in _copies(engine) if t.twin is not None]
+    assert twins and all(t.state in ("done", "dropped") for t in twins)
+    _assert_each_logical_task_applied_at_most_once(engine)
+    for r in engine.rounds:  # a winning copy's extra lane is read, the loser's never
+        assert all(lane < N or any(c.lane == lane and c.state == "done" for c in r.copies)
+                   for lane in r.lanes)
+
+
+@pytest.mark.parametrize("late", ["fold", "drop"])
+def test_epsp_slack_folds_or_drops_late_gradients(cluster, late):
+    import tf_hetero
+
+    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="slack", late=late, quorum=0.6,
+                                      transfer_factor=None)
+    _fit_with_profile(cluster, strategy, "slow=2:4;base_ms=30", steps=45)
+    engine = strategy.engine
+    s = strategy.monitor.summary()
+    folded = [t for t in _copies(engine) if t.state == "folded"]
+    if late == "fold":
+        # The slow worker's tasks are late every time; a fast one's only when the quorum
+        # closed the round while it was still running.
+        assert s["folded_lanes"] > 0 and any(t.worker == 2 for t in folded)
+        stale = [t.staleness for t in strategy.monitor.tasks if t.round is not None and
+                 t.staleness > 0]
+        assert stale and min(stale) >= 1
+    else:
+        assert s["folded_lanes"] == 0 and not folded and s["dropped_tasks"] > 0
+    # Every task ends applied (done or folded) or dropped, exactly once.
+    assert all(t.state in ("done", "dropped", "folded") for t in _copies(engine))
+    assert s["tasks"] == len(_copies(engine))

@@ -45,6 +45,7 @@ _EXPORTS = {
     "BSPStrategy": "tf_hetero.strategies",
     "BackupWorkerStrategy": "tf_hetero.strategies",
     "SSPStrategy": "tf_hetero.strategies",
+    "EPSPStrategy": "tf_hetero.strategies",
     "ParameterServerError": "tf_hetero.strategies",
 }
 _SUBPACKAGES = ("models", "strategies", "data", "metrics")

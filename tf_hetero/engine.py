@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
+import statistics
 import threading
 import time
 from typing import Any, Callable
@@ -65,10 +67,18 @@ class Task:
     t_start: float = 0.0
     t_end: float = 0.0
     version_at_start: int = 0  # applied updates when it started (staleness)
+    lane: int | None = None  # accumulator lane it writes (None: its worker's)
+    twin: "Task | None" = None  # the other copy of a transferred task
+    duplicate: bool = False  # a copy made by task transfer
+    stale: bool = False  # started after its round closed: wrote nothing
 
     @property
     def duration(self) -> float:
         return self.t_end - self.t_start
+
+    @property
+    def lane_id(self) -> int | None:
+        return self.lane if self.lane is not None else self.worker
 
 
 @dataclasses.dataclass(eq=False)
@@ -82,10 +92,19 @@ class Round:
     lanes: dict = dataclasses.field(default_factory=dict)  # worker -> micro-batches applied
     applied: int = -1  # micro-batches the apply reported (-1: not yet)
     live_workers: int = 0  # live workers when the round opened
+    pull: list = dataclasses.field(default_factory=list)  # (task, allowed workers) not handed out
+    copies: list = dataclasses.field(default_factory=list)  # duplicates made by task transfer
+    participants: tuple = ()  # workers allowed to pull this round's tasks
+    expected_s: float = float("nan")  # projected duration (sync policies may use it)
+    now: float = 0.0  # engine time when should_close is asked
+    folds: dict = dataclasses.field(default_factory=dict)  # (lane, slot) -> (round, weight)
+    info: dict = dataclasses.field(default_factory=dict)  # what the policies decided (logs)
 
     @property
     def num_done(self) -> int:
-        return sum(t.state == "done" for t in self.tasks)
+        """Tasks in: a transferred task counts once, when its first copy is in."""
+        return sum(t.state == "done" or (t.twin is not None and t.twin.state == "done")
+                   for t in self.tasks)
 
 
 class RoundEngine:
@@ -102,8 +121,12 @@ class RoundEngine:
     """
 
     def __init__(self, num_workers: int, sync=None, assign=None, dispatcher=None, gate=None,
-                 monitor=None, clock: Callable[[], float] = time.perf_counter):
+                 monitor=None, clock: Callable[[], float] = time.perf_counter, *,
+                 late=None, transfer=None, extra_lanes: int = 0):
         self.num_workers = num_workers
+        self.late = late  # late-gradient policy: weight(staleness) -> float (None: drop)
+        self.transfer = transfer  # task-transfer policy (None: no transfer)
+        self.num_lanes = num_workers + extra_lanes
         self.sync = sync or Async()
         self.assign = assign or OnePerWorker()
         self.gate = gate or Unbounded()
@@ -124,6 +147,9 @@ class RoundEngine:
         self.version = 0  # applied updates (rounds, or async tasks)
         self._flushing = False
         self._error: BaseException | None = None
+        # Late gradients waiting to be folded into the next apply: (lane, slot) -> (round,
+        # tasks). While one waits, its worker gets no task of a round with that slot parity.
+        self._folds: dict[tuple[int, int], tuple[int, list]] = {}
 
     # ------------------------------------------------------------------ fit side
     @property
@@ -150,7 +176,7 @@ class RoundEngine:
     def idle(self) -> bool:
         with self._lock:
             return (not self._pending and self._open is None and self._applying is None
-                    and not any(self._running.values()))
+                    and not self._folds and not any(self._running.values()))
 
     def wait_idle(self, timeout: float) -> bool:
         """Blocks until every submitted task is finished and every round applied.
@@ -179,8 +205,8 @@ class RoundEngine:
             task.worker, task.t_start, task.state = worker, self.clock(), "running"
             task.version_at_start = self.version
             self._running[worker].add(task)
-            stale = task.round is not None and self.rounds[task.round].closed
-            return not stale
+            task.stale = task.round is not None and self.rounds[task.round].closed
+            return not task.stale
 
     def task_finished(self, task: Task, worker: int) -> None:
         """``task`` finished successfully on ``worker``."""
@@ -196,15 +222,33 @@ class RoundEngine:
                     self.monitor.task(task, applied=True, staleness=staleness)
             else:
                 rnd = self.rounds[task.round]
-                if rnd.closed:
-                    task.state = "dropped"
-                    if self.monitor:
-                        self.monitor.task(task, applied=False, staleness=0)
+                if task.stale or (task.twin is not None and task.twin.state == "done"):
+                    self._drop(task)  # wrote nothing, or lost the race to its twin
+                elif rnd.closed:
+                    task.state = "late"
+                    self._settle_late(rnd, task.lane_id)
                 else:  # recorded in the monitor when the round closes
                     task.state = "done"
+                    rnd.now = self.clock()
                     if self.sync.should_close(rnd):
                         self._close(rnd)
             self._pump()
+            self._feed()
+            self._maybe_transfer()
+            self._changed.notify_all()
+
+    def tick(self) -> None:
+        """Time passed: deadlines (slack sync) and task transfer. Called by a timer thread."""
+        with self._lock:
+            if self._error is not None:
+                return
+            rnd = self._open
+            if rnd is not None and rnd.num_done > 0:
+                rnd.now = self.clock()
+                if self.sync.should_close(rnd):
+                    self._close(rnd)
+                    self._pump()
+            self._maybe_transfer()
             self._changed.notify_all()
 
     def apply_finished(self, round_id: int, applied: int) -> None:
@@ -245,6 +289,7 @@ class RoundEngine:
             while self._pending:
                 self.dispatcher.cancel(self._pending.popleft())
             self._open = self._applying = None
+            self._folds.clear()
             for tasks in self._running.values():
                 tasks.clear()
             self._changed.notify_all()
@@ -285,6 +330,10 @@ class RoundEngine:
             self.dispatcher.dispatch(task, w, None)
 
     def _pump_rounds(self) -> None:
+        if (self._flushing and self._folds and not self._pending and self._open is None
+                and self._applying is None):
+            self._fold_round()  # end of an epoch: late gradients still waiting get applied
+            return
         if self._open is not None or self._applying is not None or not self._pending:
             return
         live = sorted(self._live)
@@ -299,17 +348,134 @@ class RoundEngine:
             return  # fit is still scheduling this round's tasks
         plan = plan[:len(self._pending)]
         rnd = Round(self._next_round, [], t_open=self.clock(), live_workers=len(live))
+        rnd.info = dict(getattr(self.assign, "last", None) or {})
+        rnd.participants = tuple(sorted(set().union(*[
+            e if isinstance(e, frozenset) else {e} for e in plan])))
+        rnd.expected_s = rnd.info.get("expected_s", float("nan"))
         self._next_round += 1
         self.rounds.append(rnd)
         self._open = rnd
-        for w in plan:
+        pinned = []
+        for entry in plan:
             task = self._pending.popleft()
-            task.round, task.pinned, task.state = rnd.id, w, "dispatched"
+            task.round, task.state = rnd.id, "dispatched"
             rnd.tasks.append(task)
-            if w is not None:
-                self._running[w].add(task)
-        for task in rnd.tasks:
+            if isinstance(entry, frozenset):  # pulled by the first allowed worker to be free
+                task.state = "queued"
+                rnd.pull.append((task, entry))
+            else:
+                task.pinned = entry
+                self._running[entry].add(task)
+                pinned.append(task)
+        for task in pinned:
             self.dispatcher.dispatch(task, task.pinned, rnd.id)
+        self._feed()
+
+    def _feed(self) -> None:
+        """Hands the open round's pulled tasks to idle workers allowed to take them."""
+        rnd = self._open
+        if rnd is None or not rnd.pull or self._error is not None:
+            return
+        for w in sorted(self._live):
+            if not rnd.pull:
+                return
+            if self._busy(w) or (w, rnd.id % 2) in self._folds:
+                continue  # busy, or its lane in this slot holds a late gradient to fold
+            for i, (task, allowed) in enumerate(rnd.pull):
+                if w in allowed:
+                    del rnd.pull[i]
+                    task.pinned, task.state = w, "dispatched"
+                    self._running[w].add(task)
+                    self.dispatcher.dispatch(task, w, rnd.id)
+                    break
+
+    def _maybe_transfer(self) -> None:
+        """Task transfer: re-issues a task running long on a straggler to an idle pioneer."""
+        rnd = self._open
+        if self.transfer is None or rnd is None or rnd.pull or self._error is not None:
+            return
+        now = self.clock()
+        known = [m for m in (self.monitor.ewma_s(w) for w in rnd.participants)
+                 if not math.isnan(m)] if self.monitor else []
+        typical = statistics.median(known) if known else float("nan")
+        for pioneer in [w for w in rnd.participants if w in self._live and not self._busy(w)]:
+            running = [t for t in rnd.tasks if t.state == "running" and t.twin is None
+                       and t.worker != pioneer]
+            slow = [t for t in running if self.transfer.should_transfer(now - t.t_start, typical)]
+            lane = self._free_extra_lane()
+            if not slow or lane is None:
+                return
+            original = max(slow, key=lambda t: now - t.t_start)
+            copy = Task(self._next_task, self.dispatcher.duplicate(original), round=rnd.id,
+                        pinned=pioneer, state="dispatched", t_submit=now, lane=lane,
+                        twin=original, duplicate=True)
+            self._next_task += 1
+            original.twin = copy
+            rnd.copies.append(copy)
+            self._running[pioneer].add(copy)
+            if self.monitor:
+                self.monitor.event("transfer", round=rnd.id, task=original.id,
+                                   straggler=original.worker, pioneer=pioneer)
+            self.dispatcher.dispatch(copy, pioneer, rnd.id)
+
+    def _free_extra_lane(self) -> int | None:
+        used = {t.lane for tasks in self._running.values() for t in tasks if t.lane is not None}
+        if self._open is not None:  # a copy already in this round keeps its lane
+            used |= {t.lane for t in self._open.copies}
+        for lane in range(self.num_workers, self.num_lanes):
+            if lane not in used:
+                return lane
+        return None
+
+    def _drop(self, task: Task) -> None:
+        task.state = "dropped"
+        if self.monitor:
+            self.monitor.task(task, applied=False, staleness=0)
+
+    def _settle_late(self, rnd: Round, lane: int) -> None:
+        """Once every copy of ``rnd`` on ``lane`` has finished: drop, or hold for a fold."""
+        copies = [t for t in rnd.tasks + rnd.copies if t.lane_id == lane and t.round == rnd.id]
+        if any(t.state == "running" for t in copies):
+            return
+        late = [t for t in copies if t.state == "late"]
+        if not late:
+            return
+        # A lane also written by a losing copy, or a duplicate's extra lane, is never folded.
+        clean = not any(t.state == "dropped" and not t.stale for t in copies)
+        if self.late is None or not clean or lane >= self.num_workers:
+            for t in late:
+                self._drop(t)
+            return
+        self._folds[(lane, rnd.id % 2)] = (rnd.id, late)
+
+    def _fold_round(self) -> None:
+        """A round with no task of its own, applying only the late gradients waiting."""
+        rnd = Round(self._next_round, [], t_open=self.clock(), live_workers=len(self._live))
+        rnd.info = {"fold_only": True}
+        self._next_round += 1
+        self.rounds.append(rnd)
+        self._close(rnd)
+
+    def _take_folds(self, rnd: Round) -> dict:
+        """Late gradients folded into ``rnd``'s apply: ``{(lane, slot): (round, weight)}``."""
+        folds = {}
+        for (lane, slot), (late_round, tasks) in list(self._folds.items()):
+            if late_round >= rnd.id:
+                continue
+            del self._folds[(lane, slot)]
+            staleness = rnd.id - late_round
+            weight = float(self.late.weight(staleness))
+            for t in tasks:
+                if weight > 0:
+                    t.state = "folded"
+                    if self.monitor:
+                        self.monitor.task(t, applied=True, staleness=staleness)
+                else:
+                    self._drop(t)
+            if weight > 0:
+                folds[(lane, slot)] = (late_round, weight)
+        rnd.folds = folds
+        return folds
 
     def _close(self, rnd: Round) -> None:
         if self._error is not None:
@@ -317,20 +483,33 @@ class RoundEngine:
         rnd.closed, rnd.t_close = True, self.clock()
         # Tasks not started yet will find their round closed and write nothing; running ones
         # are still writing their lane.
-        late_lanes = {t.worker for t in rnd.tasks if t.state == "running"}
+        copies = rnd.tasks + rnd.copies
+        late_lanes = {t.lane_id for t in copies if t.state == "running"}
         lanes: dict[int, int] = collections.Counter(
-            t.worker for t in rnd.tasks if t.state == "done")
+            t.lane_id for t in copies if t.state == "done")
         # A lane still writing this round cannot be read consistently: leave it out.
         rnd.lanes = {w: n for w, n in sorted(lanes.items()) if w not in late_lanes}
-        for t in rnd.tasks:
-            if t.state == "done" and t.worker not in rnd.lanes:
-                t.state = "dropped"  # its lane was still being written: not applied
-            if t.state in ("done", "dropped") and self.monitor:
-                self.monitor.task(t, applied=t.state == "done", staleness=0)
+        # Tasks never handed out go back to the front of the queue for the next round.
+        for task, _ in reversed(rnd.pull):
+            rnd.tasks.remove(task)
+            task.round, task.state = None, "pending"
+            self._pending.appendleft(task)
+        rnd.pull = []
+        for t in copies:
+            if t.state == "done" and t.lane_id not in rnd.lanes:
+                t.state = "late"  # its lane was still being written: not in this apply
+            elif t.state == "done" and self.monitor:
+                self.monitor.task(t, applied=True, staleness=0)
+        for lane in sorted(late_lanes):
+            self._settle_late(rnd, lane)
+        folds = self._take_folds(rnd)
         self._open = None
-        if rnd.lanes:
+        if rnd.lanes or folds:
             self._applying = rnd
-            self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes))
+            if folds:
+                self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes), folds)
+            else:
+                self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes))
         else:
             rnd.applied, rnd.t_applied = 0, rnd.t_close
             if self.monitor:

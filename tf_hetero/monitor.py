@@ -47,6 +47,8 @@ class RoundRecord:
     tasks: int
     lanes: dict
     applied: int  # micro-batches the apply reported
+    info: dict = dataclasses.field(default_factory=dict)  # policy decisions (EPSP projection)
+    folds: dict = dataclasses.field(default_factory=dict)  # late lanes folded in: weight
 
 
 class Monitor:
@@ -84,8 +86,10 @@ class Monitor:
     def round(self, rnd) -> None:
         """Engine hook: a round was applied (or closed empty)."""
         with self._lock:
-            self.rounds.append(RoundRecord(rnd.id, rnd.t_open, rnd.t_close, rnd.t_applied,
-                                           len(rnd.tasks), dict(rnd.lanes), rnd.applied))
+            self.rounds.append(RoundRecord(
+                rnd.id, rnd.t_open, rnd.t_close, rnd.t_applied, len(rnd.tasks), dict(rnd.lanes),
+                rnd.applied, dict(getattr(rnd, "info", {}) or {}),
+                {k: w for k, (_, w) in (getattr(rnd, "folds", {}) or {}).items()}))
 
     def event(self, name: str, **fields) -> None:
         with self._lock:
@@ -124,7 +128,13 @@ class Monitor:
             "max_staleness": int(max(stale)) if stale else 0,
             "bytes_pushed": len(tasks) * self.bytes_per_push,
         }
+        out["folded_lanes"] = sum(len(r.folds) for r in rounds)
         for w, d in enumerate(per_worker):
             out[f"worker{w}_tasks"] = len(d)
             out[f"worker{w}_median_ms"] = 1e3 * float(np.median(d)) if d else float("nan")
+            if any("stragglers" in r.info for r in rounds):  # EPSP: why a worker sat out
+                out[f"worker{w}_straggler_rounds"] = sum(w in r.info.get("stragglers", ())
+                                                        for r in rounds)
+                out[f"worker{w}_rounds_taking_part"] = sum(
+                    w in r.info.get("participants", ()) for r in rounds)
         return out

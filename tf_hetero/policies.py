@@ -18,10 +18,15 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence
+import math
+from typing import Mapping, NamedTuple, Protocol, Sequence
+
+import numpy as np
 
 __all__ = ["SyncPolicy", "AssignmentPolicy", "Gate", "Async", "AllTasks", "FirstK",
-           "OnePerWorker", "OnePerIdleWorker", "Unbounded", "StalenessBound"]
+           "OnePerWorker", "OnePerIdleWorker", "Unbounded", "StalenessBound", "Projection",
+           "StragglerProjection", "ElasticParallelism", "SlackSync", "StalenessWeight",
+           "TransferAfter"]
 
 
 class SyncPolicy(Protocol):
@@ -129,3 +134,147 @@ class StalenessBound:
 
     def __repr__(self):
         return f"StalenessBound({self.staleness})"
+
+
+# ----------------------------------------------------------------------------- EPSP
+class Projection(NamedTuple):
+    """One worker's projected next task time (seconds) and whether it is a straggler."""
+
+    mean_s: float
+    spread_s: float
+    straggler: bool
+
+
+class StragglerProjection:
+    """Straggler projection (Falcon): predicts each worker's next task time from its recent
+    ones (mean and spread of the last ``window``), and flags a worker whose projection is
+    more than ``factor`` times the median projection of the workers.
+
+    >>> class M:
+    ...     def durations(self, w): return [[0.1] * 5, [0.11] * 5, [0.4] * 5][w]
+    >>> p = StragglerProjection(window=4, factor=1.5).project(M(), [0, 1, 2])
+    >>> [x.straggler for x in p.values()], round(p[2].mean_s, 2)
+    ([False, False, True], 0.4)
+    """
+
+    def __init__(self, window: int = 8, factor: float = 1.5):
+        if not isinstance(window, int) or window < 1:
+            raise ValueError(f"window={window!r}: need an integer >= 1.")
+        if not factor > 1:
+            raise ValueError(f"factor={factor!r}: need a number > 1.")
+        self.window, self.factor = window, factor
+
+    def project(self, monitor, workers) -> dict:
+        stats = {}
+        for w in workers:
+            d = monitor.durations(w)[-self.window:] if monitor is not None else []
+            stats[w] = (float(np.mean(d)), float(np.std(d))) if d else (float("nan"), 0.0)
+        known = [m for m, _ in stats.values() if not math.isnan(m)]
+        typical = float(np.median(known)) if known else float("nan")
+        return {w: Projection(m, s, bool(known) and not math.isnan(m) and m > self.factor * typical)
+                for w, (m, s) in stats.items()}
+
+    def __repr__(self):
+        return f"StragglerProjection(window={self.window}, factor={self.factor})"
+
+
+class ElasticParallelism:
+    """EPSP's parallelism controller: a round has ``round_tasks`` tasks, pulled by the workers
+    taking part; a projected straggler sits the round out (enforced sync) so it does not set
+    the round's critical path, except every ``probe_every``-th round, when it takes part again
+    so its projection can improve (task transfer bounds what a probe costs).
+
+    With ``keep_stragglers=True`` (slack sync) stragglers always take part: their late
+    gradients are folded into a later round instead of blocking this one.
+
+    Its :meth:`plan` leaves what it decided in ``last`` (participants, projection, expected
+    round seconds) for the round's log.
+    """
+
+    def __init__(self, round_tasks: int, projection: StragglerProjection | None = None,
+                 probe_every: int = 8, keep_stragglers: bool = False):
+        if not isinstance(round_tasks, int) or round_tasks < 1:
+            raise ValueError(f"round_tasks={round_tasks!r}: need an integer >= 1.")
+        if not isinstance(probe_every, int) or probe_every < 1:
+            raise ValueError(f"probe_every={probe_every!r}: need an integer >= 1.")
+        self.round_tasks = round_tasks
+        self.projection = projection or StragglerProjection()
+        self.probe_every = probe_every
+        self.keep_stragglers = keep_stragglers
+        self.rounds = 0
+        self.last: dict = {}
+
+    def plan(self, idle, busy, monitor) -> list:
+        live = sorted(list(idle) + list(busy))
+        proj = self.projection.project(monitor, live)
+        probing = self.rounds % self.probe_every == self.probe_every - 1
+        self.rounds += 1
+        fast = [w for w in live if not proj[w].straggler]
+        participants = live if (self.keep_stragglers or probing or not fast) else fast
+        rates = [1.0 / proj[w].mean_s for w in participants if proj[w].mean_s > 0]
+        expected = self.round_tasks / sum(rates) if rates else float("nan")
+        self.last = {"participants": tuple(participants), "probe": probing,
+                     "stragglers": tuple(w for w in live if proj[w].straggler),
+                     "projection": {w: (p.mean_s, p.spread_s) for w, p in proj.items()},
+                     "expected_s": expected}
+        return [frozenset(participants)] * self.round_tasks
+
+    def __repr__(self):
+        return (f"ElasticParallelism(round_tasks={self.round_tasks}, {self.projection!r}, "
+                f"probe_every={self.probe_every}, keep_stragglers={self.keep_stragglers})")
+
+
+class SlackSync:
+    """EPSP slack sync: a round closes when all its tasks are in, when ``quorum`` of them are,
+    or when ``deadline_factor`` x its projected duration has passed (with at least one in)."""
+
+    mode = "rounds"
+
+    def __init__(self, quorum: float = 0.75, deadline_factor: float = 2.0):
+        if not 0 < quorum <= 1:
+            raise ValueError(f"quorum={quorum!r}: need 0 < quorum <= 1.")
+        if not deadline_factor > 0:
+            raise ValueError(f"deadline_factor={deadline_factor!r}: need > 0.")
+        self.quorum, self.deadline_factor = quorum, deadline_factor
+
+    def should_close(self, round) -> bool:
+        total, done = len(round.tasks), round.num_done
+        if done >= total or done >= math.ceil(self.quorum * total):
+            return True
+        deadline = round.t_open + self.deadline_factor * round.expected_s
+        return done >= 1 and not math.isnan(deadline) and round.now >= deadline
+
+    def __repr__(self):
+        return f"SlackSync(quorum={self.quorum}, deadline_factor={self.deadline_factor})"
+
+
+class StalenessWeight:
+    """Late gradients folded into a later round, weighted ``1 / (1 + staleness) ** power``;
+    later than ``max_staleness`` rounds they are dropped (weight 0)."""
+
+    def __init__(self, max_staleness: int = 8, power: float = 1.0):
+        if not isinstance(max_staleness, int) or max_staleness < 1:
+            raise ValueError(f"max_staleness={max_staleness!r}: need an integer >= 1.")
+        self.max_staleness, self.power = max_staleness, power
+
+    def weight(self, staleness: int) -> float:
+        return 0.0 if staleness > self.max_staleness else 1.0 / (1.0 + staleness) ** self.power
+
+    def __repr__(self):
+        return f"StalenessWeight(max_staleness={self.max_staleness}, power={self.power})"
+
+
+class TransferAfter:
+    """Task transfer: re-issue a task once it has run ``factor`` x the typical (median)
+    projected task time of the round's workers."""
+
+    def __init__(self, factor: float = 1.5):
+        if not factor > 1:
+            raise ValueError(f"factor={factor!r}: need a number > 1.")
+        self.factor = factor
+
+    def should_transfer(self, elapsed_s: float, typical_s: float) -> bool:
+        return not math.isnan(typical_s) and elapsed_s > self.factor * typical_s
+
+    def __repr__(self):
+        return f"TransferAfter(factor={self.factor})"
