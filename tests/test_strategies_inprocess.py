@@ -149,7 +149,8 @@ def test_backup_workers_apply_first_tasks_and_drop_the_late_one(cluster):
     engine = strategy.engine
     _assert_every_task_applied_once_or_dropped(engine, 40)
     dropped = [t for r in engine.rounds for t in r.tasks if t.state == "dropped"]
-    assert dropped and all(t.worker == 2 for t in dropped)
+    # Round 0's tasks all include tracing (~1 s, any order); after that the slow one loses.
+    assert dropped and all(t.worker == 2 for t in dropped if t.round > 0)
     assert all(2 not in r.lanes for r in engine.rounds if any(t in dropped for t in r.tasks))
     summary = strategy.monitor.summary()
     assert summary["applied_tasks"] == sum(r.applied for r in engine.rounds)
