@@ -167,6 +167,7 @@ def cmd_bench(args) -> int:
         cfg = BenchConfig(strategies=tuple(args.strategies.split(",")), workers=args.workers,
                           ps=args.ps, profile=args.profile, model=args.model, tasks=args.tasks,
                           steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
+                          steps_per_execution=args.steps_per_execution,
                           target_accuracy=args.target_accuracy, out_dir=args.out_dir,
                           json_path=args.json)
     except ValueError as e:
@@ -221,6 +222,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--tasks", type=int, default=400, help="sample budget in micro-batches")
     bench.add_argument("--steps-per-epoch", type=int, default=100)
     bench.add_argument("--batch-size", type=int, default=32)
+    bench.add_argument("--steps-per-execution", type=int, default=1,
+                       help="micro-batches per task (Keras steps_per_execution)")
     bench.add_argument("--target-accuracy", type=float, default=0.9)
     bench.add_argument("--out-dir", default="runs/bench")
     bench.add_argument("--json", default=None, help="JSON path (.md and .png written beside it)")

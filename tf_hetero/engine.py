@@ -341,6 +341,8 @@ class RoundEngine:
             return
         idle = [w for w in live if not self._busy(w)]
         busy = [w for w in live if self._busy(w)]
+        if hasattr(self.assign, "next_round"):  # policies that schedule by round number
+            self.assign.next_round = self._next_round
         plan = self.assign.plan(idle, busy, self.monitor)
         if not plan:
             return  # every live worker is still busy with late work; wait for one

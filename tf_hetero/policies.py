@@ -138,22 +138,25 @@ class StalenessBound:
 
 # ----------------------------------------------------------------------------- EPSP
 class Projection(NamedTuple):
-    """One worker's projected next task time (seconds) and whether it is a straggler."""
+    """One worker's projected next task time (seconds), its spread, and whether it is a
+    straggler."""
 
-    mean_s: float
+    expected_s: float
     spread_s: float
     straggler: bool
 
 
 class StragglerProjection:
     """Straggler projection (Falcon): predicts each worker's next task time from its recent
-    ones (mean and spread of the last ``window``), and flags a worker whose projection is
-    more than ``factor`` times the median projection of the workers.
+    ones (median and standard deviation of the last ``window``), and flags a worker whose
+    projection is more than ``factor`` times the median projection of the workers. The median
+    keeps a transient straggler (one slow task) from being taken for a persistent one: that
+    case is task transfer's job.
 
     >>> class M:
     ...     def durations(self, w): return [[0.1] * 5, [0.11] * 5, [0.4] * 5][w]
     >>> p = StragglerProjection(window=4, factor=1.5).project(M(), [0, 1, 2])
-    >>> [x.straggler for x in p.values()], round(p[2].mean_s, 2)
+    >>> [x.straggler for x in p.values()], round(p[2].expected_s, 2)
     ([False, False, True], 0.4)
     """
 
@@ -168,7 +171,7 @@ class StragglerProjection:
         stats = {}
         for w in workers:
             d = monitor.durations(w)[-self.window:] if monitor is not None else []
-            stats[w] = (float(np.mean(d)), float(np.std(d))) if d else (float("nan"), 0.0)
+            stats[w] = (float(np.median(d)), float(np.std(d))) if d else (float("nan"), 0.0)
         known = [m for m, _ in stats.values() if not math.isnan(m)]
         typical = float(np.median(known)) if known else float("nan")
         return {w: Projection(m, s, bool(known) and not math.isnan(m) and m > self.factor * typical)
@@ -201,21 +204,20 @@ class ElasticParallelism:
         self.projection = projection or StragglerProjection()
         self.probe_every = probe_every
         self.keep_stragglers = keep_stragglers
-        self.rounds = 0
+        self.next_round = 0  # set by the engine before each plan()
         self.last: dict = {}
 
     def plan(self, idle, busy, monitor) -> list:
         live = sorted(list(idle) + list(busy))
         proj = self.projection.project(monitor, live)
-        probing = self.rounds % self.probe_every == self.probe_every - 1
-        self.rounds += 1
+        probing = self.next_round % self.probe_every == self.probe_every - 1
         fast = [w for w in live if not proj[w].straggler]
         participants = live if (self.keep_stragglers or probing or not fast) else fast
-        rates = [1.0 / proj[w].mean_s for w in participants if proj[w].mean_s > 0]
+        rates = [1.0 / proj[w].expected_s for w in participants if proj[w].expected_s > 0]
         expected = self.round_tasks / sum(rates) if rates else float("nan")
         self.last = {"participants": tuple(participants), "probe": probing,
                      "stragglers": tuple(w for w in live if proj[w].straggler),
-                     "projection": {w: (p.mean_s, p.spread_s) for w, p in proj.items()},
+                     "projection": {w: (p.expected_s, p.spread_s) for w, p in proj.items()},
                      "expected_s": expected}
         return [frozenset(participants)] * self.round_tasks
 

@@ -92,7 +92,7 @@ class Progress(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         metrics = "  ".join(f"{k} {float(v):.4f}" for k, v in (logs or {}).items()
-                            if _is_number(v))
+                            if _is_number(v) and not k.startswith("tf_hetero/"))
         self._print(f"epoch {epoch + 1}/{self._epochs} done in "
                     f"{time.perf_counter() - self._epoch_t0:.1f}s  {metrics}".rstrip())
 

@@ -1,0 +1,153 @@
+"""The engine's EPSP mechanisms, without TensorFlow: pulled tasks, elastic participation,
+task transfer (first copy wins), slack close, folding late gradients, fold-only rounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from tf_hetero.engine import RoundEngine
+from tf_hetero.monitor import Monitor
+from tf_hetero.policies import (AllTasks, ElasticParallelism, SlackSync, StalenessWeight,
+                                StragglerProjection, TransferAfter)
+
+from test_engine import FakeClock, FakeDispatcher
+
+
+class Dispatcher(FakeDispatcher):
+    def __init__(self):
+        super().__init__()
+        self.folds = []
+
+    def dispatch_apply(self, round_id, lanes, folds=None):
+        super().dispatch_apply(round_id, lanes)
+        self.folds.append((round_id, dict(folds or {})))
+
+    def duplicate(self, task):
+        return ("copy-of", task.payload)
+
+
+def epsp(n=3, tasks=3, slack=False, late=None, transfer=None, history=None):
+    clock = FakeClock()
+    d = Dispatcher()
+    m = Monitor(n, clock=clock)
+    for w, seconds in (history or {}).items():  # past task times: the projection's input
+        for _ in range(4):
+            m.record_task(w, 0.0, seconds, True, 0)
+    assign = ElasticParallelism(tasks, StragglerProjection(window=4), probe_every=100,
+                                keep_stragglers=slack)
+    e = RoundEngine(n, SlackSync(0.6) if slack else AllTasks(), assign, d, monitor=m,
+                    clock=clock, late=late, transfer=transfer, extra_lanes=n)
+    return e, d, m, clock
+
+
+def finish(e, clock, task, worker, dt=0.1):
+    e.task_started(task, worker)
+    clock.advance(dt)
+    e.task_finished(task, worker)
+
+
+def test_pulled_tasks_go_to_free_workers_and_a_fast_one_takes_more():
+    e, d, _, clock = epsp(3, tasks=4)
+    tasks = [e.submit(i) for i in range(4)]
+    assert [w for _, w, _ in d.dispatched] == [0, 1, 2]  # the 4th waits for a free worker
+    finish(e, clock, tasks[0], 0)
+    assert d.dispatched[-1][1] == 0  # worker 0 was free first: it pulls the 4th task
+    assert sorted(t.worker or t.pinned for t in tasks) == [0, 0, 1, 2]
+
+
+def test_projected_straggler_sits_out_an_enforced_round_and_its_projection_is_logged():
+    e, d, _, _ = epsp(3, tasks=3, history={0: 0.1, 1: 0.1, 2: 0.4})
+    [e.submit(i) for i in range(3)]
+    info = e.rounds[0].info
+    assert info["stragglers"] == (2,) and info["participants"] == (0, 1)
+    assert info["projection"][2][0] == pytest.approx(0.4)
+    assert 2 not in {w for _, w, _ in d.dispatched}
+
+
+def test_slack_keeps_stragglers_taking_part():
+    e, d, _, _ = epsp(3, tasks=3, slack=True, history={0: 0.1, 1: 0.1, 2: 0.4})
+    [e.submit(i) for i in range(3)]
+    assert e.rounds[0].info["participants"] == (0, 1, 2)
+
+
+def test_transfer_copies_a_long_task_to_an_idle_pioneer_and_the_first_copy_wins():
+    e, d, m, clock = epsp(3, tasks=3, transfer=TransferAfter(1.5),
+                          history={0: 0.1, 1: 0.1, 2: 0.1})
+    t = [e.submit(i) for i in range(3)]
+    for task, w in zip(t, (0, 1, 2)):
+        e.task_started(task, w)
+    clock.advance(0.1)
+    e.task_finished(t[0], 0)
+    e.task_finished(t[1], 1)
+    assert not e.rounds[0].copies  # 0.1 s is not long yet
+    clock.advance(0.1)  # t[2] has run 0.2 s > 1.5 x 0.1 s
+    e.tick()
+    (copy,) = e.rounds[0].copies
+    assert copy.twin is t[2] and copy.lane >= 3 and copy.pinned in (0, 1)
+    e.task_started(copy, copy.pinned)
+    clock.advance(0.05)
+    e.task_finished(copy, copy.pinned)  # the copy wins: the round closes with its lane
+    assert e.rounds[0].closed and copy.lane in e.rounds[0].lanes and 2 not in e.rounds[0].lanes
+    e.task_finished(t[2], 2)  # the original loses: dropped, never applied
+    assert t[2].state == "dropped" and copy.state == "done"
+    assert [e for e in m.events if e[1] == "transfer"]
+
+
+def test_slack_round_closes_at_its_quorum_and_folds_the_late_gradient_later():
+    e, d, m, clock = epsp(3, tasks=3, slack=True, late=StalenessWeight(max_staleness=4))
+    t = [e.submit(i) for i in range(6)]
+    for task, w in zip(t[:3], (0, 1, 2)):
+        e.task_started(task, w)
+    clock.advance(0.1)
+    e.task_finished(t[0], 0)
+    e.task_finished(t[1], 1)  # 2 of 3 >= quorum 0.6: closes without worker 2
+    assert e.rounds[0].closed and e.rounds[0].lanes == {0: 1, 1: 1}
+    e.apply_finished(0, 2)
+    e.task_finished(t[2], 2)  # late: held for a fold; worker 2 gets no task of slot 0 now
+    assert t[2].state == "late" and (2, 0) in e._folds
+    r1 = e.rounds[1]
+    for task in r1.tasks:
+        finish(e, clock, task, task.pinned)
+    assert d.folds[-1] == (1, {(2, 0): (0, 0.5)})  # staleness 1: weight 1/2
+    assert t[2].state == "folded"
+    folded = [r for r in m.tasks if r.staleness == 1]
+    assert folded and folded[0].worker == 2
+
+
+def test_late_gradients_are_dropped_without_a_late_policy():
+    e, d, m, clock = epsp(3, tasks=3, slack=True, late=None)
+    t = [e.submit(i) for i in range(3)]
+    for task, w in zip(t, (0, 1, 2)):
+        e.task_started(task, w)
+    e.task_finished(t[0], 0)
+    e.task_finished(t[1], 1)
+    e.task_finished(t[2], 2)
+    assert t[2].state == "dropped" and not e._folds
+
+
+def test_a_fold_waiting_at_the_end_gets_a_fold_only_round():
+    e, d, m, clock = epsp(3, tasks=3, slack=True, late=StalenessWeight())
+    t = [e.submit(i) for i in range(3)]
+    for task, w in zip(t, (0, 1, 2)):
+        e.task_started(task, w)
+    e.task_finished(t[0], 0)
+    e.task_finished(t[1], 1)
+    e.apply_finished(0, 2)
+    e.task_finished(t[2], 2)
+    assert not e.idle()  # a late gradient still waits
+    e.flush()
+    assert e.rounds[-1].info == {"fold_only": True} and d.folds[-1][1] == {(2, 0): (0, 0.5)}
+    e.apply_finished(e.rounds[-1].id, 1)
+    assert e.idle() and t[2].state == "folded"
+
+
+def test_epsp_policies_reject_impossible_settings():
+    with pytest.raises(ValueError, match=r"round_tasks=0"):
+        ElasticParallelism(0)
+    with pytest.raises(ValueError, match=r"quorum=1.5"):
+        SlackSync(1.5)
+    with pytest.raises(ValueError, match=r"factor=1"):
+        TransferAfter(1)
+    with pytest.raises(ValueError, match=r"max_staleness=0"):
+        StalenessWeight(0)
+    assert StalenessWeight(2).weight(3) == 0.0 and StalenessWeight(2).weight(1) == 0.5
