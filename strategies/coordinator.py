@@ -165,10 +165,11 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         closure = self._closure(self._round_apply_fn(),
                                 (tf.constant(weights), tf.constant(expected)), None)
         closure._tf_hetero_apply = (round_id, closure.build_output_remote_value())  # pylint: disable=protected-access
-        live = self.engine.live_workers
-        workers = [w for w in list(lanes) + [lane for lane, _ in folds] if w < self.engine.num_workers]
-        worker = min(workers, key=lambda w: (w not in live, w)) if workers else None
-        self._put(closure, worker if worker in live else None)
+        # Pin the apply to an idle worker, preferring one of the round's: a busy one (still
+        # running a late or losing copy) would make the apply wait behind its task.
+        idle = self.engine.idle_workers()
+        preferred = [w for w in idle if w in lanes] or idle
+        self._put(closure, preferred[0] if preferred else None)
 
     def _tick_loop(self):
         while not getattr(self, "_stopped", False):

@@ -60,7 +60,8 @@ def EPSPStrategy(cluster_resolver, variable_partitioner=None, *, sync: str = "en
     if not isinstance(round_tasks, int) or round_tasks < 1:
         raise ValueError(f"EPSPStrategy(round_tasks={round_tasks!r}): need an integer >= 1 "
                          f"(default: the number of workers, {num_workers}).")
-    projection = policies.StragglerProjection(window=window, factor=straggler_factor)
+    projection = policies.StragglerProjection(window=window, factor=straggler_factor,
+                                              min_samples=min(3, window))
     slack = sync == "slack"
     config = EngineConfig(
         f"epsp-{sync}",

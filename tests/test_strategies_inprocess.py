@@ -346,3 +346,15 @@ def test_epsp_slack_folds_or_drops_late_gradients(cluster, late):
     # Every task ends applied (done or folded) or dropped, exactly once.
     assert all(t.state in ("done", "dropped", "folded") for t in _copies(engine))
     assert s["tasks"] == len(_copies(engine))
+
+
+def test_epsp_strategy_rejects_impossible_settings_before_connecting(cluster):
+    import tf_hetero
+
+    with pytest.raises(ValueError, match=r"EPSPStrategy\(sync='fast'\): use 'enforced' or 'slack'"):
+        tf_hetero.EPSPStrategy(cluster.resolver, sync="fast")
+    with pytest.raises(ValueError, match=r"EPSPStrategy\(late='keep'\): use 'fold' or 'drop'"):
+        tf_hetero.EPSPStrategy(cluster.resolver, late="keep")
+    with pytest.raises(ValueError, match=r"round_tasks=0\): need an integer >= 1 \(default: "
+                                         r"the number of workers, 3\)"):
+        tf_hetero.EPSPStrategy(cluster.resolver, round_tasks=0)

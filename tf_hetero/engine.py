@@ -299,6 +299,11 @@ class RoundEngine:
         with self._lock:
             return sorted(self._live)
 
+    def idle_workers(self) -> list[int]:
+        """Live workers running nothing (e.g. where a round's apply will not queue)."""
+        with self._lock:
+            return [w for w in sorted(self._live) if not self._busy(w)]
+
     # ---------------------------------------------------------------- internals
     def _raise_if_error(self) -> None:
         if self._error is not None:
@@ -397,8 +402,13 @@ class RoundEngine:
         if self.transfer is None or rnd is None or rnd.pull or self._error is not None:
             return
         now = self.clock()
-        known = [m for m in (self.monitor.ewma_s(w) for w in rnd.participants)
-                 if not math.isnan(m)] if self.monitor else []
+        # Typical task time: the round's projection (medians, robust to the very stragglers
+        # transfer is for), else the monitor's smoothed times.
+        projection = rnd.info.get("projection", {})
+        known = [projection[w][0] if w in projection else
+                 (self.monitor.ewma_s(w) if self.monitor else float("nan"))
+                 for w in rnd.participants]
+        known = [m for m in known if not math.isnan(m)]
         typical = statistics.median(known) if known else float("nan")
         for pioneer in [w for w in rnd.participants if w in self._live and not self._busy(w)]:
             running = [t for t in rnd.tasks if t.state == "running" and t.twin is None

@@ -129,10 +129,12 @@ class Monitor:
             "bytes_pushed": len(tasks) * self.bytes_per_push,
         }
         out["folded_lanes"] = sum(len(r.folds) for r in rounds)
+        projected = [r.info["projection"] for r in rounds if "projection" in r.info]
         for w, d in enumerate(per_worker):
             out[f"worker{w}_tasks"] = len(d)
             out[f"worker{w}_median_ms"] = 1e3 * float(np.median(d)) if d else float("nan")
-            if any("stragglers" in r.info for r in rounds):  # EPSP: why a worker sat out
+            if projected:  # EPSP: why a worker sat out rounds
+                out[f"worker{w}_projected_ms"] = 1e3 * projected[-1].get(w, (float("nan"),))[0]
                 out[f"worker{w}_straggler_rounds"] = sum(w in r.info.get("stragglers", ())
                                                         for r in rounds)
                 out[f"worker{w}_rounds_taking_part"] = sum(

@@ -154,27 +154,33 @@ class StragglerProjection:
     case is task transfer's job.
 
     >>> class M:
-    ...     def durations(self, w): return [[0.1] * 5, [0.11] * 5, [0.4] * 5][w]
-    >>> p = StragglerProjection(window=4, factor=1.5).project(M(), [0, 1, 2])
+    ...     def durations(self, w): return [[1.0] + [0.1] * 5, [0.11] * 5, [0.4] * 5][w]
+    >>> p = StragglerProjection(window=4, factor=1.5, min_samples=3).project(M(), [0, 1, 2])
     >>> [x.straggler for x in p.values()], round(p[2].expected_s, 2)
     ([False, False, True], 0.4)
     """
 
-    def __init__(self, window: int = 8, factor: float = 1.5):
+    def __init__(self, window: int = 8, factor: float = 1.5, min_samples: int = 3):
         if not isinstance(window, int) or window < 1:
             raise ValueError(f"window={window!r}: need an integer >= 1.")
         if not factor > 1:
             raise ValueError(f"factor={factor!r}: need a number > 1.")
-        self.window, self.factor = window, factor
+        if not isinstance(min_samples, int) or not 1 <= min_samples <= window:
+            raise ValueError(f"min_samples={min_samples!r}: need an integer from 1 to window.")
+        self.window, self.factor, self.min_samples = window, factor, min_samples
 
     def project(self, monitor, workers) -> dict:
         stats = {}
         for w in workers:
-            d = monitor.durations(w)[-self.window:] if monitor is not None else []
+            # A worker's first task also traces and registers the step (~1 s): leave it out.
+            d = monitor.durations(w)[1:][-self.window:] if monitor is not None else []
             stats[w] = (float(np.median(d)), float(np.std(d))) if d else (float("nan"), 0.0)
         known = [m for m, _ in stats.values() if not math.isnan(m)]
         typical = float(np.median(known)) if known else float("nan")
-        return {w: Projection(m, s, bool(known) and not math.isnan(m) and m > self.factor * typical)
+        # Too few tasks (e.g. two, one of them a transient straggler) flag no one.
+        enough = {w for w in workers if monitor is not None and
+                  len(monitor.durations(w)) - 1 >= self.min_samples}
+        return {w: Projection(m, s, w in enough and m > self.factor * typical)
                 for w, (m, s) in stats.items()}
 
     def __repr__(self):
