@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -93,8 +94,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self._asp_lock = threading.Lock()
         if self.engine is not None and self._hetero.tick_s:
             # Deadlines and task transfer need time to pass without any event.
-            threading.Thread(target=self._tick_loop, daemon=True,
-                             name="tf-hetero-engine-tick").start()
+            threading.Thread(target=self._tick_loop, args=(weakref.ref(self), self._hetero.tick_s),
+                             daemon=True, name="tf-hetero-engine-tick").start()
         for worker in self._cluster.workers:
             self._instrument(worker)
 
@@ -171,13 +172,21 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         preferred = [w for w in idle if w in lanes] or idle
         self._put(closure, preferred[0] if preferred else None)
 
-    def _tick_loop(self):
-        while not getattr(self, "_stopped", False):
-            time.sleep(self._hetero.tick_s)
+    @staticmethod
+    def _tick_loop(ref, period_s):
+        """Ticks the engine every ``period_s`` while the coordinator exists (weak reference:
+        the thread must not keep a finished strategy alive)."""
+        while True:
+            time.sleep(period_s)
+            coordinator = ref()
+            if coordinator is None:
+                return
             try:
-                self.engine.tick()
+                if not coordinator.engine.idle():
+                    coordinator.engine.tick()
             except Exception:  # pylint: disable=broad-except
                 logging.getLogger("tf_hetero").exception("engine tick failed")
+            del coordinator
 
     def cancel(self, task):
         task.payload.mark_cancelled()
