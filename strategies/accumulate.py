@@ -14,11 +14,16 @@ How a synchronous round works (TF glue; the round logic itself is in :mod:`tf_he
    ``w``, one closure at a time, so lanes need no locks, and a late task of a closed round
    writes a lane the round's apply no longer reads: late gradients never leak into another
    round. (The engine never lets a worker run round ``r + 2`` before round ``r`` is applied.)
-3. The round's apply (:meth:`Accumulators.apply_fn`, scheduled like any task) sums the lanes
-   the engine includes, divides by the number of micro-batches in them and calls the user's
-   real ``optimizer.apply_gradients`` once: numerically one large-batch step.
+3. The round's apply (:meth:`Accumulators.make_apply_fn`, scheduled like any task) sums the
+   lanes the engine includes, divides by the number of micro-batches in them and calls the
+   user's real ``optimizer.apply_gradients`` once: numerically one large-batch step. It can
+   also fold in, with a weight, a late gradient of an earlier round still held in its lane
+   (EPSP slack sync).
 
-Accumulator memory is ``2 x num_workers`` copies of the trainable variables on the PS tasks.
+Lanes beyond the workers' take the copies made by task transfer (EPSP), so a losing copy
+never mixes with its worker's other gradients. A task learns its round and lane from its
+*task code* argument (:func:`task_code`). Accumulator memory is ``2 x lanes`` copies of the
+trainable variables on the PS tasks.
 """
 
 from __future__ import annotations

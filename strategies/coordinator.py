@@ -88,7 +88,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self._accumulators: list[Accumulators] = []
         self._apply_fn = None
         self._apply_key = None
-        self._round_tensors: dict[int, tf.Tensor] = {}
+        self._code_tensors: dict[int, tf.Tensor] = {}
         self._attempt = threading.local()
         self._asp_version = 0
         self._asp_lock = threading.Lock()
@@ -111,7 +111,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             self._translated(self._cluster.closure_queue.put, closure)
             return remote_value
         if self.engine.rounds_mode:
-            call = (entry.accumulate_fn, (self._round_tensor(NO_ROUND),) + tuple(args or ()), kwargs)
+            call = (entry.accumulate_fn, (self._code_tensor(NO_ROUND),) + tuple(args or ()), kwargs)
             closure = self._closure(*call)
             closure._tf_hetero_source = call  # pylint: disable=protected-access
         else:
@@ -141,7 +141,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         closure._tf_hetero_task = task  # pylint: disable=protected-access
         if round_id is not None:
             code = task_code(round_id, task.lane)
-            closure._args = (self._round_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
+            closure._args = (self._code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
         self._put(closure, worker)
 
     def duplicate(self, task):
@@ -236,12 +236,13 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             finally:
                 self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
 
-    def _round_tensor(self, round_id: int) -> tf.Tensor:
-        t = self._round_tensors.get(round_id)
+    def _code_tensor(self, code: int) -> tf.Tensor:
+        """The int64 tensor of a task code (:func:`task_code`); NO_ROUND's is cached."""
+        t = self._code_tensors.get(code)
         if t is None:
-            t = tf.constant(round_id, tf.int64)
-            if round_id < 0:
-                self._round_tensors[round_id] = t
+            t = tf.constant(code, tf.int64)
+            if code < 0:
+                self._code_tensors[code] = t
         return t
 
     def _entry(self, fn, args, kwargs) -> _Entry:
@@ -287,7 +288,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             record.update(rec)
             return out
 
-        keep = self._closure(accumulate_fn, (self._round_tensor(NO_ROUND),) + tuple(args), kwargs)
+        keep = self._closure(accumulate_fn, (self._code_tensor(NO_ROUND),) + tuple(args), kwargs)
         return _Entry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep)
 
     def _accumulators_for(self, optimizer, variables) -> Accumulators:
@@ -347,7 +348,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             closure.tag = None
             start = time.perf_counter()
             if task is not None and not self.engine.task_started(task, w):
-                closure._args = (self._round_tensor(NO_ROUND),) + tuple(closure._args[1:])  # pylint: disable=protected-access
+                closure._args = (self._code_tensor(NO_ROUND),) + tuple(closure._args[1:])  # pylint: disable=protected-access
             elif asp:
                 with self._asp_lock:
                     version = self._asp_version
