@@ -258,7 +258,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
 
     def _probe_entry(self, fn, args, kwargs) -> _Entry:
         """Async presets run the step as written; a trace tells whether it trains."""
-        python_fn = getattr(fn, "python_function", None)
+        python_fn = _autograph(fn)
         if python_fn is None:
             return _Entry(None, is_train=False)
         record = {}
@@ -276,7 +276,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         return _Entry(None, is_train=record.get("calls", 0) > 0, keep=keep)
 
     def _accumulating_entry(self, fn, args, kwargs) -> _Entry:
-        python_fn = getattr(fn, "python_function", None)
+        python_fn = _autograph(fn)
         if python_fn is None:  # a concrete function: cannot re-trace it
             return _Entry(None, is_train=False)
         record = {}
@@ -412,6 +412,19 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                 if self.engine is not None:
                     self.engine.fail(_translate(e))
                 return
+
+
+def _autograph(fn):
+    """The Python function behind a tf.function, converted by AutoGraph as tf.function would.
+
+    Keras' multi-step train function loops with ``for _ in tf.range(steps_per_execution)``,
+    which needs AutoGraph; calling ``fn.python_function`` from our own tf.function does not
+    convert it (measured: "Iterating over a symbolic tf.Tensor is not allowed").
+    """
+    python_fn = getattr(fn, "python_function", None)
+    if python_fn is None:
+        return None
+    return tf.autograph.to_graph(python_fn) if getattr(fn, "_autograph", True) else python_fn
 
 
 class _NullAccumulators:

@@ -361,3 +361,37 @@ def test_epsp_strategy_rejects_impossible_settings_before_connecting(cluster):
     with pytest.raises(ValueError, match=r"round_tasks=0\): need an integer >= 1 \(default: "
                                          r"the number of workers, 3\)"):
         tf_hetero.EPSPStrategy(cluster.resolver, round_tasks=0)
+
+
+def test_bsp_with_several_steps_per_task_equals_large_batch_steps(cluster):
+    """steps_per_execution=2: a task is 2 micro-batches; a round averages all 2N of them."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import tf_hetero
+
+    k, rounds = 2, 3
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(rounds * N * k * B, 5)).astype("float32")
+    y = rng.integers(0, 3, rounds * N * k * B)
+
+    def fn(ctx):
+        w = tf.distribute.coordinator.experimental_get_current_worker_index()
+        xs = tf.gather(tf.reshape(tf.constant(x), (rounds, N, k, B, 5)), w, axis=1)
+        ys = tf.gather(tf.reshape(tf.constant(y), (rounds, N, k, B)), w, axis=1)
+        return tf.data.Dataset.from_tensor_slices((tf.reshape(xs, (rounds * k, B, 5)),
+                                                   tf.reshape(ys, (rounds * k, B))))
+
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with strategy.scope():
+        model = _model()
+        model.compile(keras.optimizers.Adam(0.01), _loss(), steps_per_execution=k)
+    model.fit(keras.utils.experimental.DatasetCreator(fn), epochs=1,
+              steps_per_epoch=rounds * N * k, verbose=0)
+    reference = _model()
+    reference.compile(keras.optimizers.Adam(0.01), _loss())
+    for r in range(rounds):
+        reference.train_on_batch(x.reshape(rounds, -1, 5)[r], y.reshape(rounds, -1)[r])
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    assert [r.applied for r in strategy.engine.rounds] == [N * k] * rounds
