@@ -149,9 +149,9 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         fn, args, kwargs = task.payload._tf_hetero_source  # pylint: disable=protected-access
         return self._closure(fn, args, kwargs)
 
-    def dispatch_apply(self, round_id, lanes, folds=None):
+    def dispatch_apply(self, round_id, lanes, folds):
         try:
-            self._dispatch_apply(round_id, lanes, folds or {})
+            self._dispatch_apply(round_id, lanes, folds)
         except Exception as e:  # pylint: disable=broad-except
             self.engine.fail(_translate(e))  # e.g. the queue already holds a PS error
 

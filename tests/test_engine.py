@@ -44,15 +44,17 @@ class FakeDispatcher:
         self.calls: list[tuple] = []
         self.dispatched: list[tuple[Task, int | None, int | None]] = []
         self.applies: list[tuple[int, dict]] = []
+        self.folds: list[tuple[int, dict]] = []
         self.cancelled: list[Task] = []
 
     def dispatch(self, task, worker, round_id):
         self.calls.append(("dispatch", task.id, worker, round_id))
         self.dispatched.append((task, worker, round_id))
 
-    def dispatch_apply(self, round_id, lanes):
+    def dispatch_apply(self, round_id, lanes, folds):
         self.calls.append(("apply", round_id, dict(lanes)))
         self.applies.append((round_id, dict(lanes)))
+        self.folds.append((round_id, dict(folds)))
 
     def cancel(self, task):
         self.calls.append(("cancel", task.id))

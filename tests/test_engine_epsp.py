@@ -14,14 +14,6 @@ from test_engine import FakeClock, FakeDispatcher
 
 
 class Dispatcher(FakeDispatcher):
-    def __init__(self):
-        super().__init__()
-        self.folds = []
-
-    def dispatch_apply(self, round_id, lanes, folds=None):
-        super().dispatch_apply(round_id, lanes)
-        self.folds.append((round_id, dict(folds or {})))
-
     def duplicate(self, task):
         return ("copy-of", task.payload)
 

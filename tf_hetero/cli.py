@@ -43,6 +43,15 @@ def _command(args) -> list[str]:
     return cmd
 
 
+def _exit_without_tf_teardown(code: int):
+    """Flushes and exits at once. TensorFlow's teardown would wait on a server that cannot be
+    stopped, or, after a local cluster was stopped, make the eager context remove its
+    functions from the dead servers and log a screenful of "failed to connect" errors."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def cmd_launch(args) -> int:
     from tf_hetero.launch import serve
     from tf_hetero.tf_config import parse_tf_config
@@ -50,10 +59,7 @@ def cmd_launch(args) -> int:
     config = parse_tf_config()
     role = config.task.role
     if role in ("worker", "ps"):
-        code = serve(config)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)  # skip TF's teardown of a server that cannot be stopped
+        _exit_without_tf_teardown(serve(config))  # a TF server cannot be stopped
     if role == "evaluator":
         print("tf-hetero: TF_CONFIG task type 'evaluator' is accepted but not used for training "
               "by tf-hetero; exiting.", flush=True)
@@ -152,12 +158,7 @@ def cmd_demo(args) -> int:
     except ValueError as e:
         raise _UsageError(str(e)) from None
     run_demo(cfg)
-    # Exit without TensorFlow's teardown: the cluster is already stopped, and the eager
-    # context would otherwise try to remove its functions from the dead servers and log a
-    # screenful of "failed to connect" errors.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    _exit_without_tf_teardown(0)
 
 
 def cmd_bench(args) -> int:
@@ -173,9 +174,7 @@ def cmd_bench(args) -> int:
     except ValueError as e:
         raise _UsageError(str(e)) from None
     run_bench(cfg)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # as for demo: skip TF teardown against the stopped cluster
+    _exit_without_tf_teardown(0)
 
 
 def _parser() -> argparse.ArgumentParser:

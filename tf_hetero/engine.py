@@ -6,8 +6,10 @@ Pure Python and thread-safe; TensorFlow stays behind a *dispatcher* (see
 - ``dispatch(task, worker, round_id)``: run ``task`` on ``worker`` (``None``: any worker);
   ``round_id`` is the round whose accumulators it feeds, or ``None`` for an async task whose
   gradient is applied at once;
-- ``dispatch_apply(round_id, lanes)``: apply round ``round_id``'s accumulated gradients from
-  the given worker lanes (``{worker: micro-batches}``) with the user's optimizer;
+- ``dispatch_apply(round_id, lanes, folds)``: apply round ``round_id``'s accumulated
+  gradients from the given lanes (``{lane: micro-batches}``) with the user's optimizer, plus
+  late gradients of earlier rounds (``folds``: ``{(lane, slot): (round, weight)}``, usually
+  empty);
 - ``cancel(task)``: the task will never run (the engine failed).
 
 The dispatcher reports back through :meth:`RoundEngine.task_started`, :meth:`task_finished`,
@@ -25,7 +27,8 @@ which is what the two accumulator slots of :mod:`tf_hetero.strategies.accumulate
 >>> class Log:
 ...     def __init__(self): self.calls = []
 ...     def dispatch(self, task, worker, round_id): self.calls.append(("task", worker, round_id))
-...     def dispatch_apply(self, round_id, lanes): self.calls.append(("apply", round_id, lanes))
+...     def dispatch_apply(self, round_id, lanes, folds):
+...         self.calls.append(("apply", round_id, lanes))
 ...     def cancel(self, task): pass
 >>> d = Log(); e = RoundEngine(2, AllTasks(), OnePerWorker(), d)
 >>> tasks = [e.submit(i) for i in range(2)]
@@ -446,7 +449,7 @@ class RoundEngine:
 
     def _settle_late(self, rnd: Round, lane: int) -> None:
         """Once every copy of ``rnd`` on ``lane`` has finished: drop, or hold for a fold."""
-        copies = [t for t in rnd.tasks + rnd.copies if t.lane_id == lane and t.round == rnd.id]
+        copies = [t for t in rnd.tasks + rnd.copies if t.lane_id == lane]
         if any(t.state == "running" for t in copies):
             return
         late = [t for t in copies if t.state == "late"]
@@ -518,10 +521,7 @@ class RoundEngine:
         self._open = None
         if rnd.lanes or folds:
             self._applying = rnd
-            if folds:
-                self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes), folds)
-            else:
-                self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes))
+            self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes), folds)
         else:
             rnd.applied, rnd.t_applied = 0, rnd.t_close
             if self.monitor:
