@@ -6,11 +6,12 @@ Re-exported from :mod:`tf_hetero` (``tf_hetero.BSPStrategy`` etc.).
 from __future__ import annotations
 
 from tf_hetero.strategies.epsp import EPSPStrategy
+from tf_hetero.strategies.hps import HPSStrategy
 from tf_hetero.strategies.strategy import (ASP, BackupWorkerStrategy, BSPStrategy, EngineConfig,
                                            HeteroExtended, HeteroStrategy, SSPStrategy)
 
 __all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "ASP", "BSPStrategy",
-           "BackupWorkerStrategy", "SSPStrategy", "EPSPStrategy", "stock_parameter_server_strategy",
+           "BackupWorkerStrategy", "SSPStrategy", "EPSPStrategy", "HPSStrategy", "stock_parameter_server_strategy",
            "ParameterServerError"]
 
 

@@ -35,19 +35,31 @@ import tensorflow as tf
 
 __all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "LANE_CODE"]
 
-#: A task's code packs its round and, optionally, the lane it writes:
-#: ``code = round * LANE_CODE + lane + 1`` (``+ 0``: the lane of the worker that runs it).
-#: A negative code writes nothing (the task's round closed before it started).
+#: A task's code packs its round, its push flags (local accumulation, see
+#: :mod:`tf_hetero.strategies.local_push`) and, optionally, the lane it writes:
+#: ``code = (round * PUSH_CODE + push) * LANE_CODE + lane + 1`` (``+ 0``: the lane of the
+#: worker that runs it). A negative code writes nothing (its round closed before it started).
 LANE_CODE = 1024
+PUSH_CODE = 4
 
 
-def task_code(round_id: int, lane: int | None = None) -> int:
-    """>>> task_code(3), task_code(3, lane=5), task_code(-1)
-    (3072, 3078, -1)
+def task_code(round_id: int, lane: int | None = None, push: int = 0) -> int:
+    """The task code of a task of ``round_id`` (``-1``: writes nothing).
+
+    >>> task_code(3), task_code(3, lane=5), task_code(3, push=2), task_code(-1)
+    (12288, 12294, 14336, -1)
     """
     if round_id < 0:
         return -1
-    return round_id * LANE_CODE + (0 if lane is None else lane + 1)
+    return (round_id * PUSH_CODE + push) * LANE_CODE + (0 if lane is None else lane + 1)
+
+
+def decode_code(code: tf.Tensor):
+    """In a task: ``(round, push flags, lane)`` of an int64 task code (lane -1: the running
+    worker's own)."""
+    round_id = tf.math.floordiv(code, LANE_CODE * PUSH_CODE)
+    push = tf.math.floormod(tf.math.floordiv(code, LANE_CODE), PUSH_CODE)
+    return round_id, push, tf.math.floormod(code, LANE_CODE) - 1
 
 _state = threading.local()
 _patch_lock = threading.RLock()
@@ -99,6 +111,11 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
                 cls.apply_gradients = fn
 
 
+def current_worker() -> tf.Tensor:
+    """The index of the worker running the current function (int64)."""
+    return tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.int64)
+
+
 def _dense(g):
     return tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
 
@@ -146,35 +163,40 @@ class Accumulators:
         ``code`` is :func:`task_code` (round and lane); a negative code marks a task whose
         round closed before it started: it writes nothing.
         """
-        worker = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(),
-                         tf.int64)
-        round_id = tf.math.floordiv(code, LANE_CODE)
-        lane_plus_one = tf.math.floormod(code, LANE_CODE)
-        lane = tf.where(lane_plus_one > 0, lane_plus_one - 1, worker)
-        grads_and_vars = [(_dense(g), v) for g, v in grads_and_vars]
+        round_id, _, lane = decode_code(code)
+        lane = tf.where(lane >= 0, lane, current_worker())
+        values = {self._index[v.ref()]: (lambda g=_dense(g): g) for g, v in grads_and_vars}
+        return tf.cond(code >= 0, lambda: self.write(values, round_id, lane, 1),
+                       lambda: tf.constant(False))
 
-        def write():
-            slot = round_id % 2
-            tag = tf.gather_nd(self.tags, [[lane, slot]])[0]
-            fresh = tf.not_equal(tag, round_id)
-            idx = tf.stack([slot, lane])[None]
-            updates = []
-            for g, v in grads_and_vars:
-                acc = self.acc[self._index[v.ref()]]
-                with tf.device(acc.device):  # add on the PS: the gradient crosses once
-                    g = tf.cast(g, acc.dtype)
-                    old = tf.gather_nd(acc, idx)[0]
-                    updates.append(acc.scatter_nd_update(idx, tf.where(fresh, g, old + g)[None]))
-            with tf.control_dependencies(updates):
-                with tf.device(self.tags.device):
-                    count = tf.gather_nd(self.counts, [[lane, slot]])[0]
-                    new_count = tf.where(fresh, tf.constant(1, tf.int64), count + 1)
-                    c = self.counts.scatter_nd_update([[lane, slot]], new_count[None])
-                    t = self.tags.scatter_nd_update([[lane, slot]], round_id[None])
-            with tf.control_dependencies([c, t]):
-                return tf.constant(True)
+    def write(self, values: dict, round_id, lane, micro_batches) -> tf.Tensor:
+        """Adds gradients to ``lane`` of ``round_id``'s slot (the first write of a round
+        overwrites what the lane held) and ``micro_batches`` to its count.
 
-        return tf.cond(code >= 0, write, lambda: tf.constant(False))
+        ``values[i]`` is a callable that makes variable ``i``'s gradient; it is called under
+        the accumulator's PS device, so whatever it reads from the worker (e.g. a quantized
+        payload it decodes) is what crosses the network.
+        """
+        slot = round_id % 2
+        tag = tf.gather_nd(self.tags, [[lane, slot]])[0]
+        fresh = tf.not_equal(tag, round_id)
+        idx = tf.stack([slot, lane])[None]
+        updates = []
+        for i, make in sorted(values.items()):
+            acc = self.acc[i]
+            with tf.device(acc.device):  # add on the PS: the gradient crosses once
+                g = tf.cast(make(), acc.dtype)
+                old = tf.gather_nd(acc, idx)[0]
+                updates.append(acc.scatter_nd_update(idx, tf.where(fresh, g, old + g)[None]))
+        with tf.control_dependencies(updates):
+            with tf.device(self.tags.device):
+                n = tf.cast(micro_batches, tf.int64)
+                count = tf.gather_nd(self.counts, [[lane, slot]])[0]
+                new_count = tf.where(fresh, n, count + n)
+                c = self.counts.scatter_nd_update([[lane, slot]], new_count[None])
+                t = self.tags.scatter_nd_update([[lane, slot]], round_id[None])
+        with tf.control_dependencies([c, t]):
+            return tf.constant(True)
 
     def make_apply_fn(self, optimizer):
         """A ``tf.function(weights, expected)`` applying one update with the user's optimizer.

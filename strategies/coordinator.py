@@ -27,9 +27,11 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
+from tf_hetero.emulation import link_us_per_byte
 from tf_hetero.engine import EngineError, RoundEngine
 from tf_hetero.monitor import Monitor
 from tf_hetero.strategies.accumulate import Accumulators, _patch_lock, accumulating, task_code
+from tf_hetero.strategies.local_push import LocalBuffers
 
 __all__ = ["HeteroCoordinator", "ParameterServerError"]
 
@@ -83,9 +85,12 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             self.engine = RoundEngine(n, self._hetero.sync, self._hetero.assign, dispatcher=self,
                                       gate=self._hetero.gate, monitor=self.monitor,
                                       late=self._hetero.late, transfer=self._hetero.transfer,
-                                      extra_lanes=self._hetero.extra_lanes)
+                                      extra_lanes=self._hetero.extra_lanes,
+                                      local=self._hetero.local)
         self._entries: dict = {}
         self._accumulators: list[Accumulators] = []
+        self._buffers: list[LocalBuffers] = []  # local accumulation (H-PS)
+        self._drain_fn = None
         self._apply_fn = None
         self._apply_key = None
         self._code_tensors: dict[int, tf.Tensor] = {}
@@ -140,9 +145,21 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         # before engine.submit() has returned to schedule()).
         closure._tf_hetero_task = task  # pylint: disable=protected-access
         if round_id is not None:
-            code = task_code(round_id, task.lane)
+            code = task_code(round_id, task.lane, task.push)
             closure._args = (self._code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
         self._put(closure, worker)
+
+    def drain(self, worker):
+        """A push-only closure: pushes ``worker``'s buffered gradients (pipelined H-PS)."""
+        if self._drain_fn is None:
+            buffers, strategy = list(self._buffers), self.strategy
+
+            @tf.function
+            def drain_fn(code):
+                return strategy.run(lambda: tf.reduce_any(tf.stack([b.drain(code) for b in buffers])))
+
+            self._drain_fn = drain_fn
+        return self._closure(self._drain_fn, (self._code_tensor(NO_ROUND),), None)
 
     def duplicate(self, task):
         """A second closure of ``task``'s step (task transfer); it reads its own worker's data."""
@@ -280,6 +297,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         if python_fn is None:  # a concrete function: cannot re-trace it
             return _Entry(None, is_train=False)
         record = {}
+        if self._hetero.local:
+            self._make_buffers(python_fn, args, kwargs)
 
         @tf.function
         def accumulate_fn(round_id, *a, **kw):
@@ -291,7 +310,38 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         keep = self._closure(accumulate_fn, (self._code_tensor(NO_ROUND),) + tuple(args), kwargs)
         return _Entry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep)
 
-    def _accumulators_for(self, optimizer, variables) -> Accumulators:
+    def _make_buffers(self, python_fn, args, kwargs) -> None:
+        """Local accumulation: a first trace finds the step's optimizers and variables, so
+        that their per-worker buffers exist before the real trace (they cannot be created
+        while a step is traced)."""
+        found = []
+
+        @tf.function
+        def find(*a, **kw):
+            def record(optimizer, variables):
+                found.append((optimizer, list(variables)))
+                return _NullAccumulators()
+
+            with accumulating(record, tf.constant(NO_ROUND, tf.int64)):
+                return python_fn(*a, **kw)
+
+        self._probe_keep = self._closure(find, args, kwargs)  # traces only
+        for optimizer, variables in found:
+            acc = self._accumulators_for(optimizer, variables, local=False)
+            if not any(b.acc is acc for b in self._buffers):
+                self._buffers.append(LocalBuffers(
+                    self.strategy, acc, self._hetero.codec, link_us_per_byte(self.strategy)))
+        self.monitor.bytes_per_push = sum(b.bytes_per_push for b in self._buffers)
+        self.monitor.push_times = self.monitor.push_times or []
+        self._drain_fn = None
+
+    def _accumulators_for(self, optimizer, variables, local=None):
+        if self._hetero.local and local is None:  # the step adds into its worker's buffers
+            for buffers in self._buffers:
+                if buffers.acc.optimizer is optimizer and buffers.covers(variables):
+                    return buffers
+            raise EngineError("a training step used variables that the first trace did not "
+                              "see; local accumulation cannot buffer them.")
         for acc in self._accumulators:
             if acc.optimizer is optimizer and acc.covers(variables):
                 return acc
@@ -300,7 +350,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                                self.engine.num_lanes)
         acc.optimizer = optimizer
         self._accumulators.append(acc)
-        self.monitor.bytes_per_push = sum(a.bytes_per_push for a in self._accumulators)
+        if not self._hetero.local:
+            self.monitor.bytes_per_push = sum(a.bytes_per_push for a in self._accumulators)
         return acc
 
     def _round_apply_fn(self):
@@ -349,6 +400,9 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             start = time.perf_counter()
             if task is not None and not self.engine.task_started(task, w):
                 closure._args = (self._code_tensor(NO_ROUND),) + tuple(closure._args[1:])  # pylint: disable=protected-access
+            elif task is not None and self.engine.local:  # push flags are final at start
+                code = task_code(task.round, task.lane, task.push)
+                closure._args = (self._code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
             elif asp:
                 with self._asp_lock:
                     version = self._asp_version
@@ -362,6 +416,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                 return
             if task is not None:
                 self.engine.task_finished(task, w)
+                if self.engine.local and task.pushed and not task.stale:
+                    self.monitor.record_push(end)
             elif apply is not None:
                 round_id, remote_value = apply
                 self.engine.apply_finished(round_id, int(round(float(remote_value.fetch()))))

@@ -1,7 +1,7 @@
 """Strategies by name, for the CLI, the demo and the benchmark.
 
 >>> names()
-['asp', 'backup', 'bsp', 'epsp', 'epspslack', 'pss', 'ssp']
+['asp', 'backup', 'bsp', 'epsp', 'epspslack', 'hps', 'hpsfp', 'hpsint', 'hpspipe', 'pss', 'ssp']
 >>> parse("backup2"), parse("ssp"), parse("bsp")
 (('backup', 2), ('ssp', 3), ('bsp', None))
 """
@@ -52,6 +52,10 @@ def updates_per_round(spec: str, num_workers: int) -> int:
         return max(1, num_workers - arg)
     if name.startswith("epsp"):
         return arg or num_workers
+    if name in ("hps", "hpspipe"):
+        return arg or 4 * num_workers
+    if name.startswith("hps"):
+        return 4 * num_workers
     return 1
 
 
@@ -75,6 +79,13 @@ def _builtin():
     register("epsp", lambda r, k: EPSPStrategy(r, round_tasks=k), None, "round_tasks")
     register("epspslack", lambda r, k: EPSPStrategy(r, sync="slack", round_tasks=k), None,
              "round_tasks")
+    from tf_hetero.strategies.hps import HPSStrategy
+
+    register("hps", lambda r, k: HPSStrategy(r, round_tasks=k), None, "round_tasks")
+    register("hpspipe", lambda r, k: HPSStrategy(r, round_tasks=k, pipeline=True), None,
+             "round_tasks")
+    register("hpsint", lambda r, b: HPSStrategy(r, quantize=f"int{b}"), 8, "bits (8 or 4)")
+    register("hpsfp", lambda r, b: HPSStrategy(r, quantize=f"fp{b}"), 16, "bits (16)")
 
 
 _builtin()

@@ -59,6 +59,11 @@ class EngineConfig:
     extra_lanes: int = 0
     #: Seconds between engine ticks (deadlines, transfer); 0 disables the ticker.
     tick_s: float = 0.0
+    #: Local accumulation on the workers (H-PS): None, "strict" or "pipelined" (see
+    #: :mod:`tf_hetero.strategies.local_push`).
+    local: str | None = None
+    #: Codec of local-accumulation pushes (:mod:`tf_hetero.quantize`).
+    codec: str = "fp32"
 
     def __post_init__(self):
         if not self.stall_timeout_s > 0:

@@ -64,3 +64,12 @@ def quiet_env():
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env.pop("TF_CONFIG", None)
     return env
+
+
+@pytest.fixture(scope="session")
+def inprocess_cluster():
+    """One in-process cluster (3 workers, 2 PS) for every module that trains on it: each test
+    builds its own strategy on it (a strategy reconnects the process to the cluster)."""
+    import tf_hetero
+
+    return tf_hetero.LocalCluster(3, 2, processes=False).start()

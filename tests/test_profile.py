@@ -163,7 +163,7 @@ def test_parse_rejects_malformed_item(spec):
 def test_parse_rejects_unknown_key():
     with pytest.raises(ProfileError, match=r"^Unknown profile key 'speed' in 'speed=2'\. Known keys: "
                                            r"base_ms, slowdowns, slow, classes, straggle, change, "
-                                           r"seed, horizon\.$"):
+                                           r"seed, horizon, link\.$"):
         Profile.parse("slow=1:2;speed=2")
 
 
@@ -493,3 +493,15 @@ def test_rejects_class_name_that_would_break_the_spec():
 def test_slowdown_rejects_worker_outside_the_cluster():
     with pytest.raises(ProfileError, match=r"slowdown\(worker=-1, task=0\)"):
         Profile.parse("slow=3:4").slowdown(-1, 0, 4)
+
+
+def test_link_rates_parse_round_trip_and_must_fit_the_cluster():
+    p = Profile.parse("slow=3:4;link=8,8,8,2")
+    assert Profile.parse(p.spec()) == p
+    assert p.link_us_per_byte(4) == (0.125, 0.125, 0.125, 0.5)
+    assert Profile.parse({"link": 4}).link_us_per_byte(2) == (0.25, 0.25)
+    assert Profile.parse("uniform").link_us_per_byte(3) == (0.0, 0.0, 0.0)
+    with pytest.raises(ProfileError, match="'link' lists 2 rates but the cluster has 4"):
+        Profile.parse("link=1,2").link_us_per_byte(4)
+    with pytest.raises(ProfileError, match="link"):
+        Profile.parse("link=0")

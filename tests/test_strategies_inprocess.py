@@ -19,10 +19,9 @@ LOSS = "sparse_categorical_crossentropy_logits"
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    import tf_hetero
-
-    return tf_hetero.LocalCluster(N, 2, processes=False).start()
+def cluster(inprocess_cluster):
+    assert inprocess_cluster.num_workers == N
+    return inprocess_cluster
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ modules work without importing TensorFlow):
   :func:`parse_tf_config`, :class:`TFConfigError`
 - heterogeneity emulation: :class:`Profile`, :func:`emulate`
 - strategies: :class:`HeteroStrategy` and the presets :func:`ASP`, :func:`BSPStrategy`,
-  :func:`BackupWorkerStrategy`, :func:`SSPStrategy`
+  :func:`BackupWorkerStrategy`, :func:`SSPStrategy`, :func:`EPSPStrategy` (Falcon),
+  :func:`HPSStrategy` (H-PS)
 - measurement and progress: :class:`Monitor`, :class:`MonitorLogs`, :class:`TaskLog`,
   :class:`Progress`
 - subpackages: :mod:`tf_hetero.models`, :mod:`tf_hetero.strategies`, :mod:`tf_hetero.data`
@@ -46,9 +47,10 @@ _EXPORTS = {
     "BackupWorkerStrategy": "tf_hetero.strategies",
     "SSPStrategy": "tf_hetero.strategies",
     "EPSPStrategy": "tf_hetero.strategies",
+    "HPSStrategy": "tf_hetero.strategies",
     "ParameterServerError": "tf_hetero.strategies",
 }
-_SUBPACKAGES = ("models", "strategies", "data", "metrics")
+_SUBPACKAGES = ("models", "strategies", "data", "metrics", "quantize")
 
 __all__ = sorted(_EXPORTS) + list(_SUBPACKAGES) + ["__version__"]
 

@@ -27,13 +27,38 @@ Example (on a cluster; see :class:`tf_hetero.LocalCluster`)::
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.data.experimental.ops import testing as _data_testing
 
 from tf_hetero.profile import Profile
 
-__all__ = ["emulate", "EmulatedDevice", "sleep_op"]
+__all__ = ["emulate", "EmulatedDevice", "sleep_op", "finish_compute", "link_us_per_byte"]
+
+_trace = threading.local()  # the emulated step being traced: (start, budget_us)
+
+
+def finish_compute(after) -> "tf.Tensor | None":
+    """In a step traced under :func:`emulate`: sleeps what is left of the step's emulated
+    device time once ``after`` (tensors) is computed, and returns that sleep (``None``
+    outside an emulated step). Work that must follow the emulated compute, such as a push
+    over an emulated link, depends on it; the step's own closing sleep then finds its time
+    spent."""
+    step = getattr(_trace, "step", None)
+    if step is None:
+        return None
+    start, budget_us = step
+    with tf.control_dependencies(list(after)):
+        elapsed_us = tf.cast((tf.timestamp() - start) * 1e6, tf.int64)
+        return sleep_op(tf.maximum(budget_us - elapsed_us, 0))
+
+
+def link_us_per_byte(strategy) -> "tuple[float, ...] | None":
+    """The emulated link delays :func:`emulate` registered on ``strategy`` (None: no link)."""
+    return getattr(strategy, "_tf_hetero_link_us_per_byte", None)
 
 
 def sleep_op(microseconds: tf.Tensor) -> tf.Tensor:
@@ -89,7 +114,8 @@ class EmulatedDevice:
             with tf.control_dependencies([start]):
                 data = tf.nest.map_structure(tf.identity, data)
             budget_us = self.device_microseconds()
-            logs = step_fn(data)
+            with _tracing(start, budget_us):
+                logs = step_fn(data)
             with tf.control_dependencies(tf.nest.flatten(logs)):
                 elapsed_us = tf.cast((tf.timestamp() - start) * 1e6, tf.int64)
                 slept = sleep_op(tf.maximum(budget_us - elapsed_us, 0))
@@ -97,6 +123,16 @@ class EmulatedDevice:
                 return tf.nest.map_structure(tf.identity, logs)
 
         return emulated_step
+
+
+@contextlib.contextmanager
+def _tracing(start, budget_us):
+    previous = getattr(_trace, "step", None)
+    _trace.step = (start, budget_us)
+    try:
+        yield
+    finally:
+        _trace.step = previous
 
 
 def emulate(model, profile=None, *, strategy=None, num_workers: int | None = None):
@@ -120,6 +156,8 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
     with strategy.scope():
         device = EmulatedDevice(profile, num_workers)
     model.train_step = device.wrap(model.train_step)
+    if profile.link_mbps:  # read by strategies that push over the emulated link
+        strategy._tf_hetero_link_us_per_byte = profile.link_us_per_byte(num_workers)  # pylint: disable=protected-access
     # A function traced before the wrap would not sleep: retrace on the next fit.
     model.train_function = None
     model._tf_hetero_device = device  # keeps the counter alive with the model

@@ -10,7 +10,9 @@ Pure Python and thread-safe; TensorFlow stays behind a *dispatcher* (see
   gradients from the given lanes (``{lane: micro-batches}``) with the user's optimizer, plus
   late gradients of earlier rounds (``folds``: ``{(lane, slot): (round, weight)}``, usually
   empty);
-- ``cancel(task)``: the task will never run (the engine failed).
+- ``cancel(task)``: the task will never run (the engine failed);
+- ``drain(worker)`` (pipelined local accumulation only): the payload of a push-only task
+  that pushes ``worker``'s buffered gradients.
 
 The dispatcher reports back through :meth:`RoundEngine.task_started`, :meth:`task_finished`,
 :meth:`apply_finished`, :meth:`worker_failed` and :meth:`worker_recovered`.
@@ -51,7 +53,12 @@ from typing import Any, Callable
 
 from tf_hetero.policies import Async, OnePerWorker, Unbounded
 
-__all__ = ["RoundEngine", "Task", "Round", "EngineError"]
+__all__ = ["RoundEngine", "Task", "Round", "EngineError", "PUSH_OLD", "PUSH_ALL"]
+
+#: Local accumulation (H-PS): a task's push flags. ``PUSH_OLD``: before its own gradient is
+#: in, push what its worker holds locally (so the push overlaps the task's compute);
+#: ``PUSH_ALL``: after its compute, push the local sum plus its own gradient.
+PUSH_OLD, PUSH_ALL = 1, 2
 
 
 class EngineError(RuntimeError):
@@ -74,6 +81,9 @@ class Task:
     twin: "Task | None" = None  # the other copy of a transferred task
     duplicate: bool = False  # a copy made by task transfer
     stale: bool = False  # started after its round closed: wrote nothing
+    push: int = 0  # local accumulation: PUSH_OLD / PUSH_ALL flags (0: keep it local)
+    pushed: int = 0  # local accumulation: micro-batches its push carried
+    drain: bool = False  # a push-only task (no micro-batch of its own)
 
     @property
     def duration(self) -> float:
@@ -113,6 +123,14 @@ class Round:
 class RoundEngine:
     """Coordinator-side scheduler for one strategy. This class is thread-safe.
 
+    With ``local="strict"`` or ``"pipelined"`` (H-PS), tasks add their gradient to a
+    buffer on their worker and only some of them *push* it to the round's PS lane: in strict
+    mode each worker's last task of a round (after its compute); pipelined, each worker's
+    first task of a round pushes what it held from the previous round while it computes
+    (updates are then one round stale) and a push-only *drain* round empties the buffers
+    when ``fit`` joins. A task that runs on another worker than planned (after a failure)
+    pushes everything it adds, so no gradient waits in a buffer nobody will push.
+
     Args:
       num_workers: worker tasks in the cluster.
       sync: sync policy (:mod:`tf_hetero.policies`).
@@ -125,8 +143,12 @@ class RoundEngine:
 
     def __init__(self, num_workers: int, sync=None, assign=None, dispatcher=None, gate=None,
                  monitor=None, clock: Callable[[], float] = time.perf_counter, *,
-                 late=None, transfer=None, extra_lanes: int = 0):
+                 late=None, transfer=None, extra_lanes: int = 0, local: str | None = None):
+        if local not in (None, "strict", "pipelined"):
+            raise ValueError(f"local={local!r}: use None, 'strict' or 'pipelined'.")
         self.num_workers = num_workers
+        self.local = local
+        self.held = {w: 0 for w in range(num_workers)}  # micro-batches buffered, not pushed
         self.late = late  # late-gradient policy: weight(staleness) -> float (None: drop)
         self.transfer = transfer  # task-transfer policy (None: no transfer)
         self.num_lanes = num_workers + extra_lanes
@@ -179,7 +201,8 @@ class RoundEngine:
     def idle(self) -> bool:
         with self._lock:
             return (not self._pending and self._open is None and self._applying is None
-                    and not self._folds and not any(self._running.values()))
+                    and not self._folds and not any(self._running.values())
+                    and not self._to_drain())
 
     def wait_idle(self, timeout: float) -> bool:
         """Blocks until every submitted task is finished and every round applied.
@@ -209,6 +232,11 @@ class RoundEngine:
             task.version_at_start = self.version
             self._running[worker].add(task)
             task.stale = task.round is not None and self.rounds[task.round].closed
+            if self.local and task.round is not None and not task.stale:
+                if task.pinned != worker:
+                    task.push = PUSH_ALL  # moved off its planned worker: push all it adds
+                if task.push == PUSH_OLD:  # pushes the buffer as it stands now
+                    task.pushed, self.held[worker] = self.held[worker], 0
             return not task.stale
 
     def task_finished(self, task: Task, worker: int) -> None:
@@ -232,6 +260,8 @@ class RoundEngine:
                     self._settle_late(rnd, task.lane_id)
                 else:  # recorded in the monitor when the round closes
                     task.state = "done"
+                    if self.local:
+                        self._buffer(task, worker)
                     rnd.now = self.clock()
                     if self.sync.should_close(rnd):
                         self._close(rnd)
@@ -273,6 +303,9 @@ class RoundEngine:
             self._live.discard(worker)
             if self.monitor:
                 self.monitor.event("worker_failed", worker=worker)
+                if self.held[worker]:  # its local buffer died with it
+                    self.monitor.event("lost_local", worker=worker, micro_batches=self.held[worker])
+            self.held[worker] = 0
             self._pump()  # e.g. lifts an SSP bound the dead worker was holding down
             self._changed.notify_all()
 
@@ -342,6 +375,10 @@ class RoundEngine:
                 and self._applying is None):
             self._fold_round()  # end of an epoch: late gradients still waiting get applied
             return
+        if (self._flushing and not self._pending and self._open is None
+                and self._applying is None and self._to_drain()):
+            self._drain_round()  # end of an epoch: pipelined buffers still hold gradients
+            return
         if self._open is not None or self._applying is not None or not self._pending:
             return
         live = sorted(self._live)
@@ -366,9 +403,10 @@ class RoundEngine:
         self.rounds.append(rnd)
         self._open = rnd
         pinned = []
-        for entry in plan:
+        flags = self._push_flags(plan) if self.local else [0] * len(plan)
+        for entry, push in zip(plan, flags):
             task = self._pending.popleft()
-            task.round, task.state = rnd.id, "dispatched"
+            task.round, task.state, task.push = rnd.id, "dispatched", push
             rnd.tasks.append(task)
             if isinstance(entry, frozenset):  # pulled by the first allowed worker to be free
                 task.state = "queued"
@@ -463,6 +501,46 @@ class RoundEngine:
             return
         self._folds[(lane, rnd.id % 2)] = (rnd.id, late)
 
+    def _push_flags(self, plan: list) -> list[int]:
+        """Local accumulation: which of each worker's tasks in a (pinned) plan push."""
+        first, last = {}, {}
+        for i, w in enumerate(plan):
+            first.setdefault(w, i)
+            last[w] = i
+        if self.local == "strict":
+            return [PUSH_ALL if last[w] == i else 0 for i, w in enumerate(plan)]
+        return [PUSH_OLD if first[w] == i else 0 for i, w in enumerate(plan)]
+
+    def _buffer(self, task: Task, worker: int) -> None:
+        """A local-accumulation task is done: its gradient is in the buffer or pushed."""
+        if task.push & PUSH_ALL:
+            task.pushed, self.held[worker] = self.held[worker] + (0 if task.drain else 1), 0
+        elif not task.drain:
+            self.held[worker] += 1
+
+    def _to_drain(self) -> list[int]:
+        """Live workers whose pipelined buffer holds gradients no task will push."""
+        if self.local != "pipelined":
+            return []
+        return [w for w in sorted(self._live) if self.held[w] and not self._busy(w)]
+
+    def _drain_round(self) -> None:
+        """A round of push-only tasks, one per worker holding buffered gradients."""
+        rnd = Round(self._next_round, [], t_open=self.clock(), live_workers=len(self._live))
+        rnd.info = {"drain": True}
+        self._next_round += 1
+        self.rounds.append(rnd)
+        self._open = rnd
+        for w in self._to_drain():
+            task = Task(self._next_task, self.dispatcher.drain(w), round=rnd.id, pinned=w,
+                        state="dispatched", t_submit=rnd.t_open, push=PUSH_ALL, drain=True)
+            self._next_task += 1
+            rnd.tasks.append(task)
+            self._running[w].add(task)
+        rnd.participants = tuple(t.pinned for t in rnd.tasks)
+        for task in rnd.tasks:
+            self.dispatcher.dispatch(task, task.pinned, rnd.id)
+
     def _fold_round(self) -> None:
         """A round with no task of its own, applying only the late gradients waiting."""
         rnd = Round(self._next_round, [], t_open=self.clock(), live_workers=len(self._live))
@@ -502,6 +580,11 @@ class RoundEngine:
         late_lanes = {t.lane_id for t in copies if t.state == "running"}
         lanes: dict[int, int] = collections.Counter(
             t.lane_id for t in copies if t.state == "done")
+        if self.local:  # lanes carry what the round's pushes carried, not its own tasks
+            lanes = collections.Counter()
+            for t in copies:
+                if t.state == "done" and t.pushed:
+                    lanes[t.lane_id] += t.pushed
         # A lane still writing this round cannot be read consistently: leave it out.
         rnd.lanes = {w: n for w, n in sorted(lanes.items()) if w not in late_lanes}
         # Tasks never handed out go back to the front of the queue for the next round.
@@ -514,7 +597,7 @@ class RoundEngine:
             if t.state == "done" and t.lane_id not in rnd.lanes:
                 t.state = "late"  # its lane was still being written: not in this apply
             elif t.state == "done" and self.monitor:
-                self.monitor.task(t, applied=True, staleness=0)
+                self.monitor.task(t, applied=True, staleness=int(self.local == "pipelined"))
         for lane in sorted(late_lanes):
             self._settle_late(rnd, lane)
         folds = self._take_folds(rnd)

@@ -68,6 +68,9 @@ class Monitor:
         self.events: list[tuple] = []
         self._ewma = [float("nan")] * num_workers
         self.t0 = clock()
+        # Local accumulation (H-PS) pushes once per worker per round, not once per task:
+        # then bytes are counted per push (times of the pushes).
+        self.push_times: list[float] | None = None
 
     # ---------------------------------------------------------------- recording
     def record_task(self, worker: int, start: float, end: float, applied: bool,
@@ -91,6 +94,13 @@ class Monitor:
                 rnd.applied, dict(getattr(rnd, "info", {}) or {}),
                 {k: w for k, (_, w) in (getattr(rnd, "folds", {}) or {}).items()}))
 
+    def record_push(self, t: float | None = None) -> None:
+        """One push of ``bytes_per_push`` bytes (local accumulation) finished."""
+        with self._lock:
+            if self.push_times is None:
+                self.push_times = []
+            self.push_times.append(self.clock() if t is None else t)
+
     def event(self, name: str, **fields) -> None:
         with self._lock:
             self.events.append((self.clock(), name, fields))
@@ -112,7 +122,9 @@ class Monitor:
     def summary(self, since: float | None = None) -> dict:
         """Aggregate figures, over everything or over records that ended after ``since``."""
         tasks, rounds = self.snapshot()
+        pushes = None if self.push_times is None else list(self.push_times)
         if since is not None:
+            pushes = None if pushes is None else [t for t in pushes if t >= since]
             tasks = [t for t in tasks if t.end >= since]
             rounds = [r for r in rounds if r.t_applied >= since]
         per_worker = [[t.duration for t in tasks if t.worker == w] for w in range(self.num_workers)]
@@ -126,7 +138,8 @@ class Monitor:
             "mean_round_ms": 1e3 * float(np.mean(round_s)) if round_s else float("nan"),
             "mean_staleness": float(np.mean(stale)) if stale else 0.0,
             "max_staleness": int(max(stale)) if stale else 0,
-            "bytes_pushed": len(tasks) * self.bytes_per_push,
+            "bytes_pushed": (len(tasks) if pushes is None else len(pushes)) * self.bytes_per_push,
+            "pushes": len(tasks) if pushes is None else len(pushes),
         }
         out["folded_lanes"] = sum(len(r.folds) for r in rounds)
         projected = [r.info["projection"] for r in rounds if "projection" in r.info]

@@ -26,7 +26,7 @@ import numpy as np
 __all__ = ["SyncPolicy", "AssignmentPolicy", "Gate", "Async", "AllTasks", "FirstK",
            "OnePerWorker", "OnePerIdleWorker", "Unbounded", "StalenessBound", "Projection",
            "StragglerProjection", "ElasticParallelism", "SlackSync", "StalenessWeight",
-           "TransferAfter"]
+           "TransferAfter", "SpeedProportional", "smoothed_time"]
 
 
 class SyncPolicy(Protocol):
@@ -286,3 +286,117 @@ class TransferAfter:
 
     def __repr__(self):
         return f"TransferAfter(factor={self.factor})"
+
+
+def smoothed_time(durations: Sequence[float], alpha: float = 0.5) -> float:
+    """Exponentially smoothed task time: the newest task weighs ``alpha``, older ones decay.
+
+    A worker's first task also traces and registers the step (~1 s): it is left out unless
+    it is the only one.
+
+    >>> smoothed_time([1.0, 0.1, 0.1, 0.4], alpha=0.5)
+    0.25
+    >>> smoothed_time([]) != smoothed_time([])  # NaN: not measured yet
+    True
+    """
+    d = list(durations[1:] if len(durations) > 1 else durations)
+    if not d:
+        return float("nan")
+    est = d[0]
+    for x in d[1:]:
+        est = alpha * x + (1 - alpha) * est
+    return est
+
+
+class SpeedProportional:
+    """H-PS / LB-BSP assignment: a round is ``round_tasks`` micro-batch tasks, each pinned
+    to a worker, and each worker's share follows its measured speed so that all finish the
+    round together (the global batch per round stays ``round_tasks`` micro-batches).
+
+    Speeds are re-estimated before every round from each worker's smoothed task time
+    (:func:`smoothed_time`, newest task weighing ``alpha``). The integer shares minimise the
+    round's projected makespan ``max_i k_i * t_i`` (each task goes to the worker that would
+    finish it first: optimal for identical tasks, and proportional to speed as
+    ``round_tasks`` grows). Every live worker gets at least ``min_tasks`` (so its speed
+    stays measured and it can win its share back) and at most ``memory_budget[w]``
+    micro-batches (its status: how much it may hold per round, as H-PS sizes batches by
+    available memory). When the budgets of the live workers add up to fewer than
+    ``round_tasks``, the round has as many tasks as they allow (``info["capped"]``).
+
+    :meth:`plan` returns the workers in assignment order (a partial round at the end of an
+    epoch keeps a prefix, which is the best split of that many tasks) and leaves the shares,
+    estimated task times and projected round time in ``last`` for the round's log.
+
+    >>> p = SpeedProportional(16)
+    >>> p.shares({0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4})
+    {0: 5, 1: 5, 2: 5, 3: 1}
+    >>> SpeedProportional(8, memory_budget=2).shares({0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4})
+    {0: 2, 1: 2, 2: 2, 3: 2}
+    """
+
+    def __init__(self, round_tasks: int, min_tasks: int = 1,
+                 memory_budget: int | Mapping[int, int] | Sequence[int] | None = None,
+                 alpha: float = 0.5):
+        if not isinstance(round_tasks, int) or round_tasks < 1:
+            raise ValueError(f"round_tasks={round_tasks!r}: need an integer >= 1.")
+        if not isinstance(min_tasks, int) or min_tasks < 0:
+            raise ValueError(f"min_tasks={min_tasks!r}: need an integer >= 0.")
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha={alpha!r}: need 0 < alpha <= 1.")
+        if isinstance(memory_budget, Sequence):
+            memory_budget = dict(enumerate(memory_budget))
+        budgets = ([memory_budget] if isinstance(memory_budget, int) else
+                   list((memory_budget or {}).values()))
+        for b in budgets:
+            if not isinstance(b, int) or b < max(1, min_tasks):
+                raise ValueError(f"memory_budget={memory_budget!r}: every budget must be an "
+                                 f"integer >= max(1, min_tasks={min_tasks}) micro-batches.")
+        self.round_tasks, self.min_tasks, self.alpha = round_tasks, min_tasks, alpha
+        self.memory_budget = memory_budget
+        self.last: dict = {}
+
+    def budget(self, worker: int) -> int:
+        b = self.memory_budget
+        if b is None:
+            return self.round_tasks
+        return b if isinstance(b, int) else b.get(worker, self.round_tasks)
+
+    def order(self, times: Mapping[int, float]) -> list[int]:
+        """The workers, one entry per task, in the order the tasks are assigned."""
+        known = [t for t in times.values() if t > 0 and not math.isnan(t)]
+        default = float(np.median(known)) if known else 1.0
+        t = {w: (x if x > 0 and not math.isnan(x) else default) for w, x in times.items()}
+        k = {w: 0 for w in t}
+        out: list[int] = []
+        for w in sorted(t, key=lambda w: (t[w], w)):  # the floor first, fastest worker first
+            n = min(self.min_tasks, self.budget(w), self.round_tasks - len(out))
+            out += [w] * n
+            k[w] += n
+        while len(out) < self.round_tasks:
+            open_ = [w for w in t if k[w] < self.budget(w)]
+            if not open_:
+                break  # the budgets cap the round
+            w = min(open_, key=lambda w: ((k[w] + 1) * t[w], w))
+            out.append(w)
+            k[w] += 1
+        return out
+
+    def shares(self, times: Mapping[int, float]) -> dict[int, int]:
+        order = self.order(times)
+        return {w: order.count(w) for w in sorted(times)}
+
+    def plan(self, idle, busy, monitor) -> list[int]:
+        live = sorted(list(idle) + list(busy))
+        times = {w: smoothed_time(monitor.durations(w), self.alpha) if monitor is not None
+                 else float("nan") for w in live}
+        order = self.order(times)
+        shares = {w: order.count(w) for w in live}
+        known = {w: x for w, x in times.items() if not math.isnan(x)}
+        self.last = {"shares": shares, "task_ms": {w: 1e3 * x for w, x in known.items()},
+                     "expected_s": max((shares[w] * known[w] for w in known), default=float("nan")),
+                     "capped": len(order) < self.round_tasks}
+        return order
+
+    def __repr__(self):
+        return (f"SpeedProportional(round_tasks={self.round_tasks}, min_tasks={self.min_tasks}, "
+                f"memory_budget={self.memory_budget!r}, alpha={self.alpha})")

@@ -26,10 +26,14 @@ Inline spec grammar (items separated by ``;``)::
     change=3@200:4         worker 3 runs at 4x from its task 200 on (repeatable, comma list)
     seed=0                 seed of the straggler draws
     horizon=4096           straggler draws per worker before they repeat
+    link=8                 emulated worker->PS link, MB/s (one value: every worker; or
+                           one per worker, link=8,8,8,2); delays each push by bytes / rate
+                           (strategies that push once per round: HPSStrategy)
 
 A JSON file holds the same keys: ``{"base_ms": 100, "slowdowns": [1, 1, 1, 4],
 "straggle": {"p": 0.1, "k": 5}, "classes": [{"name": "k80", "count": 1, "slowdown": 4}],
-"slow": {"3": 4}, "change": [{"worker": 3, "at_task": 200, "slowdown": 4}], "seed": 0}``.
+"slow": {"3": 4}, "change": [{"worker": 3, "at_task": 200, "slowdown": 4}], "seed": 0,
+"link": [8]}``.
 
 Example:
 
@@ -124,9 +128,12 @@ class Profile:
     changes: tuple[Change, ...] = ()
     seed: int = 0
     horizon: int = 4096
+    link_mbps: tuple[float, ...] = ()  # emulated push bandwidth, MB/s (one, or per worker)
 
     def __post_init__(self):
         _positive("base_ms", self.base_ms)
+        for r in self.link_mbps:
+            _positive("link", r)
         for s in self.slowdowns:
             _positive("slowdowns", s)
         for w, s in self.slow:
@@ -234,10 +241,12 @@ class Profile:
                     fields["changes"] = tuple(changes)
                 elif key in ("seed", "horizon"):
                     fields[key] = _index(key, value)
+                elif key == "link":
+                    fields["link_mbps"] = tuple(_positive("link", v) for v in value.split(","))
                 else:
                     raise ProfileError(
                         f"Unknown profile key {key!r} in {item!r}. Known keys: base_ms, slowdowns, "
-                        "slow, classes, straggle, change, seed, horizon.")
+                        "slow, classes, straggle, change, seed, horizon, link.")
             except ValueError as e:  # a split that did not give the expected parts
                 if isinstance(e, ProfileError):
                     raise
@@ -249,7 +258,8 @@ class Profile:
 
     @classmethod
     def _from_mapping(cls, data: Mapping, source: str) -> "Profile":
-        known = {"base_ms", "slowdowns", "slow", "classes", "straggle", "change", "seed", "horizon"}
+        known = {"base_ms", "slowdowns", "slow", "classes", "straggle", "change", "seed", "horizon",
+                 "link"}
         unknown = set(data) - known
         if unknown:
             raise ProfileError(f"Unknown profile key(s) {sorted(unknown)} in {source}. "
@@ -277,6 +287,10 @@ class Profile:
             for key in ("seed", "horizon"):
                 if key in data:
                     fields[key] = _index(key, data[key])
+            if "link" in data:
+                link = data["link"]
+                fields["link_mbps"] = tuple(_positive("link", v) for v in (
+                    link if isinstance(link, (list, tuple)) else [link]))
         except (KeyError, TypeError, AttributeError) as e:
             raise ProfileError(f"Profile in {source} is malformed near {e!s}; see the JSON layout "
                                "in the tf_hetero.profile docstring.") from None
@@ -303,6 +317,8 @@ class Profile:
         if self.changes:
             items.append("change=" + ",".join(f"{c.worker}@{c.at_task}:{_num(c.slowdown)}"
                                               for c in self.changes))
+        if self.link_mbps:
+            items.append("link=" + ",".join(_num(r) for r in self.link_mbps))
         items += [f"seed={self.seed}", f"horizon={self.horizon}"]
         return ";".join(items)
 
@@ -317,11 +333,27 @@ class Profile:
             raise ProfileError(
                 f"Profile 'classes' covers {n_class} workers but the cluster has {num_workers}. "
                 f"Fix: make the class counts add up to {num_workers}.")
+        if len(self.link_mbps) not in (0, 1, num_workers):
+            raise ProfileError(
+                f"Profile 'link' lists {len(self.link_mbps)} rates but the cluster has "
+                f"{num_workers} workers. Fix: give one rate for every worker, or {num_workers}.")
         for w in [w for w, _ in self.slow] + [c.worker for c in self.changes]:
             if w >= num_workers:
                 raise ProfileError(
                     f"Profile names worker {w} but the cluster has workers 0-{num_workers - 1}. "
                     "Fix: use an index in that range.")
+
+    def link_us_per_byte(self, num_workers: int) -> tuple[float, ...]:
+        """Emulated push delay per byte of each worker's link, microseconds (0: no delay).
+
+        >>> Profile.parse("link=8,8,8,2").link_us_per_byte(4)
+        (0.125, 0.125, 0.125, 0.5)
+        """
+        self.check_workers(num_workers)
+        if not self.link_mbps:
+            return (0.0,) * num_workers
+        rates = self.link_mbps * num_workers if len(self.link_mbps) == 1 else self.link_mbps
+        return tuple(1.0 / r for r in rates[:num_workers])  # 1 MB/s = 1 byte/us
 
     def constant_slowdowns(self, num_workers: int) -> tuple[float, ...]:
         """The constant factor of each worker (before changes and transient stragglers)."""

@@ -1,0 +1,149 @@
+"""Local accumulation on the workers and one (optionally quantized) push per worker per round.
+
+Used by :class:`tf_hetero.HPSStrategy`. Instead of writing every micro-batch's gradient to
+the PS (:class:`~tf_hetero.strategies.accumulate.Accumulators`), a task adds it to a
+*buffer* on its own worker (per-worker variables: they live on the worker, so this moves no
+bytes), and only the tasks the engine flags push the buffer to the worker's PS lane:
+
+- ``PUSH_ALL`` (strict mode, a worker's last task of a round): after the task's compute,
+  push buffer + own gradient; the buffer empties.
+- ``PUSH_OLD`` (pipelined mode, a worker's first task of a round): push the buffer as it
+  stands (the previous round's gradients) *while* the task computes -- the push has no data
+  dependency on the compute, so TF runs both at once -- then the buffer holds only the new
+  gradient. Rounds then apply gradients one round old (staleness 1).
+
+A push encodes ``buffer (+ gradient) + residual`` with a :mod:`tf_hetero.quantize` codec on
+the worker and decodes it on the PS (the decode op is placed on the PS device, so the
+payload is what crosses the network); the residual keeps what the codec lost (error
+feedback). With an emulated link (profile ``link=``), the push waits
+``payload bytes x us/byte`` on the worker before its bytes leave it; in strict mode after
+the task's emulated compute time (:func:`tf_hetero.emulation.finish_compute`).
+
+Per-worker variables cannot be read inside ``tf.cond`` (TF_INTERNALS.md): buffers are read
+and written outside control flow with masks; only the PS writes sit in a ``tf.cond``.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tf_hetero import quantize
+from tf_hetero.emulation import finish_compute, sleep_op
+from tf_hetero.engine import PUSH_ALL, PUSH_OLD
+from tf_hetero.strategies.accumulate import _dense, current_worker, decode_code
+
+__all__ = ["LocalBuffers"]
+
+
+class LocalBuffers:
+    """Per-worker buffers for the variables of one :class:`Accumulators`, and the push.
+
+    Build it eagerly under ``strategy.scope()`` (per-worker variables cannot be created
+    while a step is traced).
+    """
+
+    def __init__(self, strategy, accumulators, codec="fp32", link_us_per_byte=None):
+        self.acc = accumulators
+        self.optimizer = getattr(accumulators, "optimizer", None)
+        self.codec = quantize.get(codec)
+        self.lossy = self.codec.name != "fp32"
+        variables = accumulators.variables
+        self.bytes_per_push = sum(self.codec.payload_bytes(v.shape.num_elements())
+                                  for v in variables)
+        num_workers = accumulators.num_workers
+        link = tuple(link_us_per_byte or (0.0,) * num_workers)
+        # Microseconds one push takes on each worker's emulated link.
+        self.link_us = tf.constant([int(round(u * self.bytes_per_push)) for u in link], tf.int64)
+        self.emulated_link = any(link)
+
+        def per_worker(value, name):
+            return tf.Variable(value, trainable=False, name=name, per_worker_variable=True,
+                               aggregation=tf.VariableAggregation.NONE)
+
+        with strategy.scope():
+            self.sums = [per_worker(tf.zeros(v.shape, v.dtype), f"tf_hetero_buf{i}")
+                         for i, v in enumerate(variables)]
+            self.residuals = [per_worker(tf.zeros(v.shape, tf.float32), f"tf_hetero_res{i}")
+                              for i, v in enumerate(variables)] if self.lossy else []
+            self.count = per_worker(tf.constant(0, tf.int64), "tf_hetero_buf_count")
+
+    def covers(self, variables) -> bool:
+        return self.acc.covers(variables)
+
+    def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
+        """In a task: buffer this micro-batch's gradient; push if the code's flags say so."""
+        grads = [None] * len(self.sums)
+        for g, v in grads_and_vars:
+            grads[self.acc._index[v.ref()]] = tf.cast(_dense(g), self.sums[0].dtype)  # pylint: disable=protected-access
+        grads = [tf.zeros_like(s) if g is None else g for g, s in zip(grads, self.sums)]
+        return self._step(grads, code, drain=False)
+
+    def drain(self, code: tf.Tensor) -> tf.Operation:
+        """In a push-only task: push the buffer (no micro-batch of its own)."""
+        return self._step([tf.zeros_like(s) for s in self.sums], code, drain=True)
+
+    def _step(self, grads, code, drain: bool):
+        round_id, flags, _ = decode_code(code)
+        valid = code >= 0
+        push_all = valid & (tf.bitwise.bitwise_and(flags, PUSH_ALL) > 0)
+        push_old = valid & (tf.bitwise.bitwise_and(flags, PUSH_OLD) > 0) & ~push_all
+        worker = current_worker()
+        count = self.count.read_value()
+        sums = [s.read_value() for s in self.sums]
+        residuals = ([r.read_value() for r in self.residuals] if self.lossy
+                     else [None] * len(sums))
+
+        # PUSH_OLD first, and independent of this task's gradient: it overlaps the compute.
+        old_payloads, old_res = self._encode(sums, residuals)
+        pushed_old = tf.cond(push_old & (count > 0),
+                             lambda: self._push(old_payloads, round_id, worker, count, None),
+                             lambda: tf.constant(False))
+        # PUSH_ALL after the compute (and, under emulation, after its emulated time).
+        new_count = count + (0 if drain else 1)
+        total = [s + g for s, g in zip(sums, grads)]
+        all_payloads, all_res = self._encode(total, residuals)
+        done = None if drain else finish_compute(grads)
+        with tf.control_dependencies([pushed_old]):  # one PS lane write at a time
+            pushed_all = tf.cond(push_all & (new_count > 0),
+                                 lambda: self._push(all_payloads, round_id, worker, new_count,
+                                                    done),
+                                 lambda: tf.constant(False))
+
+        # Buffers: masks, not control flow (per-worker variables cannot be read in a cond).
+        keep = ~valid
+        updates = []
+        for s, old, g, tot in zip(self.sums, sums, grads, total):
+            fresh = tf.where(push_old, g, tot)
+            updates.append(s.assign(tf.where(keep, old, tf.where(push_all, tf.zeros_like(old),
+                                                                   fresh))))
+        updates.append(self.count.assign(tf.where(
+            keep, count, tf.where(push_all, tf.constant(0, tf.int64),
+                                  tf.where(push_old, tf.constant(1, tf.int64), new_count)))))
+        for r, res, o, a in zip(self.residuals, residuals, old_res, all_res):
+            updates.append(r.assign(tf.where(push_all & (new_count > 0), a,
+                                             tf.where(push_old & (count > 0), o, res))))
+        with tf.control_dependencies(updates + [pushed_all]):
+            return tf.identity(pushed_old | pushed_all)
+
+    def _encode(self, values, residuals):
+        if not self.lossy:
+            return [(v,) for v in values], [None] * len(values)
+        out, res = [], []
+        for v, r in zip(values, residuals):
+            payload, new_r = quantize.compress(self.codec, tf.cast(v, tf.float32), r)
+            out.append(payload)
+            res.append(new_r)
+        return out, res
+
+    def _push(self, payloads, round_id, worker, micro_batches, after):
+        """The PS write of one push (inside a ``tf.cond`` branch)."""
+        deps = [] if after is None else [after]
+        if self.emulated_link:  # the bytes leave the worker once its link has carried them
+            with tf.control_dependencies(deps + [p for ps in payloads for p in ps]):
+                deps = [sleep_op(tf.gather(self.link_us, worker))]
+        with tf.control_dependencies(deps):
+            payloads = [tuple(tf.identity(p) for p in ps) for ps in payloads]
+        shapes = [v.shape for v in self.acc.variables]
+        values = {i: (lambda p=p, shape=shape: self.codec.decode(p, shape))
+                  for i, (p, shape) in enumerate(zip(payloads, shapes))}
+        return self.acc.write(values, round_id, worker, micro_batches)

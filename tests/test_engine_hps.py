@@ -1,0 +1,238 @@
+"""H-PS pieces without a cluster: speed-proportional shares, local accumulation and pushes in
+the round engine, and the gradient codecs (TensorFlow ops, eager, no cluster)."""
+
+from __future__ import annotations
+
+import doctest
+import random
+
+import numpy as np
+import pytest
+
+from tf_hetero import policies as policies_module
+from tf_hetero.engine import PUSH_ALL, PUSH_OLD, RoundEngine
+from tf_hetero.monitor import Monitor
+from tf_hetero.policies import AllTasks, SpeedProportional, smoothed_time
+
+from test_engine import FakeClock, FakeDispatcher, run
+
+
+class DrainDispatcher(FakeDispatcher):
+    def drain(self, worker):
+        return ("drain", worker)
+
+
+def make_hps(num_workers, round_tasks, local="strict", times=None, **kw):
+    clock = FakeClock()
+    d = DrainDispatcher()
+    m = Monitor(num_workers, clock=clock)
+    for w, t in (times or {}).items():  # two measured tasks: the first one is left out
+        m.record_task(w, 0.0, 1.0, True, 0)
+        m.record_task(w, 0.0, t, True, 0)
+    e = RoundEngine(num_workers, AllTasks(), SpeedProportional(round_tasks, **kw), d,
+                    monitor=m, clock=clock, local=local)
+    return e, d, m, clock
+
+
+def finish_round(e, d, round_id, order=None):
+    tasks = d.tasks_of_round(round_id)
+    for t in (order or tasks):
+        run(e, t)
+    return tasks
+
+
+# ------------------------------------------------------------------ SpeedProportional
+def test_shares_follow_speed_so_all_workers_finish_together():
+    p = SpeedProportional(13)
+    assert p.shares({0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4}) == {0: 4, 1: 4, 2: 4, 3: 1}
+    assert p.shares({0: 0.1, 1: 0.2}) == {0: 9, 1: 4}
+
+
+def test_shares_minimise_the_makespan_of_the_round():
+    times = {0: 0.1, 1: 0.13, 2: 0.25, 3: 0.4}
+    rng = random.Random(0)
+    for n in range(4, 30):
+        best = SpeedProportional(n).shares(times)
+        makespan = max(best[w] * times[w] for w in times)
+        for _ in range(50):  # no random split of n tasks (each worker >= 1) does better
+            k = {w: 1 for w in times}
+            for _ in range(n - 4):
+                k[rng.choice(list(times))] += 1
+            assert makespan <= max(k[w] * times[w] for w in times) + 1e-12
+        assert sum(best.values()) == n
+
+
+def test_every_worker_keeps_min_tasks_and_budgets_cap_the_round():
+    times = {0: 0.1, 1: 0.1, 2: 0.1, 3: 1.0}
+    assert SpeedProportional(12).shares(times)[3] == 1
+    assert SpeedProportional(12, min_tasks=0).shares(times)[3] == 0
+    capped = SpeedProportional(12, memory_budget=[2, 3, 3, 3])
+    assert capped.shares(times) == {0: 2, 1: 3, 2: 3, 3: 3}
+    assert SpeedProportional(20, memory_budget=2).shares(times) == {0: 2, 1: 2, 2: 2, 3: 2}
+
+
+def test_plan_order_prefix_is_the_best_split_of_fewer_tasks():
+    p = SpeedProportional(16)
+    times = {0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4}
+    order = p.order(times)
+    for n in range(4, 17):
+        prefix = order[:n]
+        assert {w: prefix.count(w) for w in times} == SpeedProportional(n).shares(times)
+
+
+def test_unmeasured_workers_count_as_typical():
+    assert SpeedProportional(8).shares({0: 0.1, 1: float("nan")}) == {0: 4, 1: 4}
+
+
+@pytest.mark.parametrize("bad", [dict(round_tasks=0), dict(round_tasks=4, min_tasks=-1),
+                                 dict(round_tasks=4, memory_budget=0),
+                                 dict(round_tasks=4, memory_budget=[1, 0]),
+                                 dict(round_tasks=4, alpha=0)])
+def test_speed_proportional_rejects_impossible_settings(bad):
+    with pytest.raises(ValueError, match=r"need|every budget must be"):
+        SpeedProportional(**bad)
+
+
+def test_smoothed_time_follows_a_slowdown_within_a_few_tasks():
+    d = [1.0] + [0.1] * 10 + [0.4] * 3
+    assert smoothed_time(d) > 0.35  # 3 slow tasks: within 15% of the new speed
+
+
+# ---------------------------------------------------------------- local accumulation
+def test_strict_round_pins_shares_and_only_each_workers_last_task_pushes():
+    e, d, m, _ = make_hps(4, 13, times={0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4})
+    tasks = [e.submit(i) for i in range(13)]
+    assert sorted(d.workers_of_round(0)) == [0] * 4 + [1] * 4 + [2] * 4 + [3]
+    for w in range(4):
+        mine = [t for t in tasks if t.pinned == w]
+        assert [t.push for t in mine] == [0] * (len(mine) - 1) + [PUSH_ALL]
+    finish_round(e, d, 0)
+    assert d.applies == [(0, {0: 4, 1: 4, 2: 4, 3: 1})]
+    assert [t.pushed for t in tasks if t.push] == [4, 4, 4, 1] or sorted(
+        t.pushed for t in tasks if t.push) == [1, 4, 4, 4]
+    assert e.rounds[0].info["shares"] == {0: 4, 1: 4, 2: 4, 3: 1}
+
+
+def test_pipelined_round_pushes_the_previous_rounds_buffer_and_drains_at_join():
+    e, d, m, _ = make_hps(2, 4, local="pipelined", times={0: 0.1, 1: 0.1})
+    for i in range(8):
+        e.submit(i)
+    r0 = d.tasks_of_round(0)
+    assert [t.push for t in r0 if t.pinned == 0] == [PUSH_OLD, 0]
+    finish_round(e, d, 0)
+    assert e.rounds[0].lanes == {} and d.applies == []  # nothing pushed yet: no apply
+    assert e.held == {0: 2, 1: 2}
+    finish_round(e, d, 1)  # round 1's first tasks pushed round 0's buffers
+    assert d.applies == [(1, {0: 2, 1: 2})]
+    e.apply_finished(1, 4)
+    assert not e.idle()  # round 1's gradients are still buffered on the workers
+    e.flush()
+    drain = d.tasks_of_round(2)
+    assert [(t.drain, t.push, t.payload) for t in drain] == [
+        (True, PUSH_ALL, ("drain", 0)), (True, PUSH_ALL, ("drain", 1))]
+    finish_round(e, d, 2)
+    assert d.applies[-1] == (2, {0: 2, 1: 2})
+    e.apply_finished(2, 4)
+    assert e.idle() and e.held == {0: 0, 1: 0}
+
+
+def test_task_moved_to_another_worker_pushes_what_it_adds():
+    e, d, m, _ = make_hps(2, 4, times={0: 0.1, 1: 0.1})
+    tasks = [e.submit(i) for i in range(4)]
+    moved = next(t for t in tasks if t.pinned == 0 and not t.push)
+    e.worker_failed(0)
+    run(e, moved, worker=1)
+    assert moved.push == PUSH_ALL and moved.pushed == 1
+    for t in tasks:
+        if t.pinned == 1:
+            run(e, t)
+    assert e.held[1] == 0
+
+
+def test_every_micro_batch_is_pushed_exactly_once_in_random_orders():
+    for seed in range(20):
+        rng = random.Random(seed)
+        local = rng.choice(["strict", "pipelined"])
+        e, d, m, _ = make_hps(3, 7, local=local, times={0: 0.1, 1: 0.2, 2: 0.4})
+        total = 7 * rng.randint(2, 4) + rng.randint(0, 6)
+        for i in range(total):
+            e.submit(i)
+        e.flush()
+        applied, r = 0, 0
+        while not e.idle():
+            tasks = d.tasks_of_round(r)
+            by_worker = {}
+            for t in tasks:  # each worker runs its own tasks in order; workers interleave
+                by_worker.setdefault(t.pinned, []).append(t)
+            while any(by_worker.values()):
+                w = rng.choice([w for w in by_worker if by_worker[w]])
+                run(e, by_worker[w].pop(0))
+            if d.applies and d.applies[-1][0] == r:
+                n = sum(d.applies[-1][1].values())
+                applied += n
+                e.apply_finished(r, n)
+            r += 1
+        assert applied == total, (seed, local)
+
+
+def test_engine_rejects_an_unknown_local_mode():
+    with pytest.raises(ValueError, match="local='fast'"):
+        RoundEngine(2, AllTasks(), SpeedProportional(4), FakeDispatcher(), local="fast")
+
+
+# ---------------------------------------------------------------------------- codecs
+tf = pytest.importorskip("tensorflow")
+from tf_hetero import quantize  # noqa: E402
+
+
+@pytest.mark.parametrize("name, ratio", [("fp32", 1.0), ("fp16", 2.0), ("int8", 3.99),
+                                         ("int4", 7.99)])
+def test_payload_bytes_shrink_with_the_codec(name, ratio):
+    codec = quantize.get(name)
+    n = 17_000
+    payload = codec.encode(tf.random.normal([n]))
+    wire = sum(int(np.prod(p.shape)) * p.dtype.size for p in payload)
+    assert wire == codec.payload_bytes(n)
+    assert 4 * n / wire >= ratio
+
+
+@pytest.mark.parametrize("name", ["int8", "int4"])
+def test_stochastic_rounding_is_unbiased(name):
+    codec = quantize.get(name)
+    x = tf.constant(np.linspace(-1, 1, 101), tf.float32)
+    mean = tf.add_n([codec.decode(codec.encode(x), x.shape) for _ in range(400)]) / 400
+    step = 1.0 / codec.levels
+    assert float(tf.reduce_max(tf.abs(mean - x))) < 0.2 * step
+
+
+@pytest.mark.parametrize("name", ["fp16", "int8", "int4"])
+def test_decode_round_trips_shape_and_error_bound(name):
+    codec = quantize.get(name)
+    x = tf.random.normal([3, 5, 7])
+    y = codec.decode(codec.encode(x), x.shape)
+    assert y.shape == x.shape
+    bound = float(tf.reduce_max(tf.abs(x))) / getattr(codec, "levels", 1000)
+    assert float(tf.reduce_max(tf.abs(y - x))) <= bound + 1e-3
+
+
+def test_error_feedback_keeps_the_sum_of_pushes_on_the_sum_of_gradients():
+    codec = quantize.get("int4")
+    residual = tf.zeros([64])
+    total = sent = tf.zeros([64])
+    for i in range(30):
+        g = tf.random.stateless_normal([64], seed=[i, 0]) * 0.01
+        payload, residual = quantize.compress(codec, g, residual)
+        total, sent = total + g, sent + codec.decode(payload, [64])
+    drift = float(tf.reduce_max(tf.abs(total - sent)))
+    assert drift == pytest.approx(float(tf.reduce_max(tf.abs(residual))), abs=1e-5)
+    assert drift < 0.05
+
+
+def test_unknown_codec_names_the_choices():
+    with pytest.raises(ValueError, match="quantize='int3'.*int8"):
+        quantize.get("int3")
+
+
+def test_docstrings():
+    for module in (policies_module, quantize):
+        assert doctest.testmod(module).failed == 0

@@ -1,0 +1,157 @@
+"""HPSStrategy under real ``model.fit`` on the shared in-process cluster (3 workers, 2 PS)."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+N, B = 3, 8
+
+
+@pytest.fixture(scope="module")
+def cluster(inprocess_cluster):
+    return inprocess_cluster
+
+
+def _model():
+    import tf_keras as keras
+
+    return keras.Sequential([
+        keras.layers.Dense(4, activation="tanh", input_shape=(5,),
+                           kernel_initializer=keras.initializers.GlorotUniform(1)),
+        keras.layers.Dense(3, kernel_initializer=keras.initializers.GlorotUniform(2))])
+
+
+def _fit(strategy, tasks, lr=0.1, seed=0, profile=None):
+    """Worker w's j-th micro-batch is block (j, w) of fixed data; returns the model and data."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import tf_hetero
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(tasks, N, B, 5)).astype("float32")
+    y = rng.integers(0, 3, (tasks, N, B))
+
+    def fn(ctx):
+        w = tf.distribute.coordinator.experimental_get_current_worker_index()
+        return tf.data.Dataset.from_tensor_slices((tf.gather(tf.constant(x), w, axis=1),
+                                                   tf.gather(tf.constant(y), w, axis=1)))
+
+    with strategy.scope():
+        model = _model()
+        model.compile(keras.optimizers.SGD(lr),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    if profile:
+        tf_hetero.emulate(model, profile, strategy=strategy)
+    model.fit(keras.utils.experimental.DatasetCreator(fn), epochs=1, steps_per_epoch=tasks,
+              verbose=0)
+    return model, x, y
+
+
+def _assert_equals_large_batch_sgd(model, engine, x, y, atol, lr=0.1):
+    """``model`` == one SGD step per round on the micro-batches each worker ran in it."""
+    import tf_keras as keras
+
+    reference = _model()
+    reference.compile(keras.optimizers.SGD(lr),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    position = [0] * N
+    for r in engine.rounds:
+        xs, ys = [], []
+        for w in range(N):
+            n = sum(t.worker == w and t.state == "done" and not t.drain for t in r.tasks)
+            xs += [x[j, w] for j in range(position[w], position[w] + n)]
+            ys += [y[j, w] for j in range(position[w], position[w] + n)]
+            position[w] += n
+        if xs:
+            reference.train_on_batch(np.concatenate(xs), np.concatenate(ys))
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, atol=atol)
+
+
+def test_strict_rounds_equal_large_batch_sgd_with_one_push_per_worker(cluster):
+    import tf_hetero
+
+    rounds, per_round = 4, 7
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=per_round)
+    model, x, y = _fit(strategy, rounds * per_round)
+    engine = strategy.engine
+    _assert_equals_large_batch_sgd(model, engine, x, y, atol=1e-5)
+    assert [r.applied for r in engine.rounds] == [per_round] * rounds
+    for r in engine.rounds:  # pinned shares; each worker's last task pushed all of its own
+        shares = r.info["shares"]
+        assert sum(shares.values()) == per_round and min(shares.values()) >= 1
+        assert r.lanes == shares
+        assert sorted(t.worker for t in r.tasks if t.pushed) == sorted(shares)
+    s = strategy.monitor.summary()
+    assert s["pushes"] == N * rounds  # not one per micro-batch
+    assert s["bytes_pushed"] == N * rounds * strategy.monitor.bytes_per_push
+
+
+def test_pipelined_rounds_apply_the_previous_rounds_gradients_and_lose_none(cluster):
+    import tf_hetero
+
+    rounds, per_round = 4, 6
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=per_round, pipeline=True)
+    model, x, y = _fit(strategy, rounds * per_round)
+    engine = strategy.engine
+    assert engine.rounds[0].applied == 0 and engine.rounds[0].lanes == {}  # nothing pushed yet
+    assert engine.rounds[-1].info == {"drain": True}  # fit's join emptied the buffers
+    assert sum(max(r.applied, 0) for r in engine.rounds) == rounds * per_round
+    for r in engine.rounds[1:]:  # round r applies what round r - 1 computed
+        previous = engine.rounds[r.id - 1]
+        assert r.lanes == {w: n for w, n in collections.Counter(
+            t.worker for t in previous.tasks if not t.drain).items()}
+    assert not all(np.allclose(a, b) for a, b in zip(model.get_weights(), _model().get_weights()))
+    stale = {t.staleness for t in strategy.monitor.tasks}
+    assert stale == {1}
+
+
+@pytest.mark.parametrize("codec, atol", [("fp16", 1e-3), ("int8", 0.02), ("int4", 0.1)])
+def test_quantized_pushes_shrink_bytes_and_stay_close_to_fp32(cluster, codec, atol):
+    import tf_hetero
+
+    rounds, per_round = 4, 6
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=per_round, quantize=codec)
+    model, x, y = _fit(strategy, rounds * per_round)
+    engine = strategy.engine
+    _assert_equals_large_batch_sgd(model, engine, x, y, atol=atol)
+    # Bytes per push are the encoded payload's (the ratios for a large tensor are in
+    # test_engine_hps.py; this 39-parameter model pays a 4-byte scale per tensor).
+    wire = sum(tf_hetero.quantize.get(codec).payload_bytes(w.size) for w in model.get_weights())
+    assert strategy.monitor.bytes_per_push == wire < sum(4 * w.size for w in model.get_weights())
+    assert strategy.monitor.summary()["pushes"] == N * rounds
+
+
+def test_shares_follow_measured_speed_and_respect_memory_budgets(cluster):
+    import tf_hetero
+
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=9)
+    _fit(strategy, 45, profile="slow=2:4;base_ms=30")
+    last = [r.info["shares"] for r in strategy.engine.rounds[-3:]]
+    assert all(s[2] < s[0] and s[2] < s[1] for s in last), last  # the slow worker does less
+    assert all(r.info["task_ms"][2] > 1.5 * r.info["task_ms"][0] for r in strategy.engine.rounds[-3:])
+
+    capped = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=9, memory_budget=[2, 3, 4])
+    _fit(capped, 27, profile="slow=2:4;base_ms=30")
+    assert all(r.info["shares"] == {0: 2, 1: 3, 2: 4} for r in capped.engine.rounds)
+
+
+def test_hps_strategy_rejects_impossible_settings_before_connecting(cluster):
+    import tf_hetero
+
+    with pytest.raises(ValueError, match=r"round_tasks=2\) with 3 workers and min_tasks=1: "
+                                         r"need an integer >= 3"):
+        tf_hetero.HPSStrategy(cluster.resolver, round_tasks=2)
+    with pytest.raises(ValueError, match=r"memory budgets add up to 6 .* fewer than "
+                                         r"round_tasks=12\. Fix"):
+        tf_hetero.HPSStrategy(cluster.resolver, memory_budget=2)
+    with pytest.raises(ValueError, match=r"memory_budget=\[1, 2\]\): give one budget per worker"):
+        tf_hetero.HPSStrategy(cluster.resolver, memory_budget=[1, 2])
+    with pytest.raises(ValueError, match=r"quantize='int3': use one of fp32, fp16, int8, int4"):
+        tf_hetero.HPSStrategy(cluster.resolver, quantize="int3")
