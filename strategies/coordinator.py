@@ -319,6 +319,12 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         @tf.function
         def find(*a, **kw):
             def record(optimizer, variables):
+                if "while" in tf.compat.v1.get_default_graph().name:
+                    raise ValueError(
+                        f"{self._hetero.preset}: the training step runs several micro-batches "
+                        "per task (compile(steps_per_execution > 1)), but local accumulation "
+                        "sizes each worker's share in single micro-batch tasks. Fix: compile "
+                        "with steps_per_execution=1 and set the strategy's round_tasks.")
                 found.append((optimizer, list(variables)))
                 return _NullAccumulators()
 

@@ -69,7 +69,11 @@ def quiet_env():
 @pytest.fixture(scope="session")
 def inprocess_cluster():
     """One in-process cluster (3 workers, 2 PS) for every module that trains on it: each test
-    builds its own strategy on it (a strategy reconnects the process to the cluster)."""
+    builds its own strategy on it (a strategy reconnects the process to the cluster).
+
+    In-process servers cannot be stopped. Starting another in-process cluster after this one
+    has trained (test_stock_pss_inprocess.py did, when it ran after it) hung fit in the
+    new cluster: the modules using this fixture are named to run after that one."""
     import tf_hetero
 
     return tf_hetero.LocalCluster(3, 2, processes=False).start()

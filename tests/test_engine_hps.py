@@ -71,13 +71,21 @@ def test_every_worker_keeps_min_tasks_and_budgets_cap_the_round():
     assert SpeedProportional(20, memory_budget=2).shares(times) == {0: 2, 1: 2, 2: 2, 3: 2}
 
 
-def test_plan_order_prefix_is_the_best_split_of_fewer_tasks():
-    p = SpeedProportional(16)
+def test_plan_order_puts_the_tasks_that_end_first_first():
     times = {0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4}
-    order = p.order(times)
-    for n in range(4, 17):
-        prefix = order[:n]
-        assert {w: prefix.count(w) for w in times} == SpeedProportional(n).shares(times)
+    order = SpeedProportional(16).order(times)
+    assert sorted(order) == [0] * 5 + [1] * 5 + [2] * 5 + [3]
+    assert 3 not in order[:9]  # a partial round of 9 tasks is not held up by the slow worker
+    ends = sorted((j + 1) * times[w] for w in times for j in range(order.count(w)))
+    finish, seen = [], {w: 0 for w in times}
+    for w in order:
+        seen[w] += 1
+        finish.append(seen[w] * times[w])
+    assert finish == ends
+
+
+def test_more_workers_than_tasks_leaves_the_slowest_out():
+    assert SpeedProportional(2).shares({0: 0.1, 1: 0.4, 2: 0.2}) == {0: 1, 1: 0, 2: 1}
 
 
 def test_unmeasured_workers_count_as_typical():

@@ -18,11 +18,16 @@ SMALL = {
                         "EPOCHS = 1\nSTEPS_PER_EPOCH = 24\nBATCH_SIZE = 16\n",
     "epsp.ipynb": 'WORKERS = 3\nPROFILE = "slow=2:4;base_ms=30"\nSYNC = "enforced"\nEPOCHS = 1\n'
                   "STEPS_PER_EPOCH = 36\nBATCH_SIZE = 16\n",
+    "hps.ipynb": 'WORKERS = 3\nPROFILE = "change=2@12:4;base_ms=30"\nROUND_TASKS = 9\n'
+                 'QUANTIZE = "int8"\nPIPELINE = False\nEPOCHS = 1\nSTEPS_PER_EPOCH = 72\n'
+                 "BATCH_SIZE = 16\n",
 }
 #: What each notebook must show besides a plot (text in its outputs).
 EXPECT = {"quickstart.ipynb": ["| worker |", "efficiency", "epoch 1/1 done"],
           "epsp.ipynb": ["| round | participants | stragglers |", "straggler_rounds",
-                         "epoch 1/1 done"]}
+                         "epoch 1/1 done"],
+          "hps.ipynb": ["| round | task ms (per worker) | shares |", "(slowdown)",
+                        "settles at", "bytes per push", "epoch 1/1 done"]}
 
 
 def run_notebook(name: str, parameters: str, cwd: str):

@@ -150,7 +150,7 @@ def test_backup_workers_apply_first_tasks_and_drop_the_late_one(cluster):
     dropped = [t for r in engine.rounds for t in r.tasks if t.state == "dropped"]
     # Round 0's tasks all include tracing (~1 s, any order); after that the slow one loses.
     assert dropped and all(t.worker == 2 for t in dropped if t.round > 0)
-    assert all(2 not in r.lanes for r in engine.rounds if any(t in dropped for t in r.tasks))
+    assert all(2 not in r.lanes for r in engine.rounds[1:] if any(t in dropped for t in r.tasks))
     summary = strategy.monitor.summary()
     assert summary["applied_tasks"] == sum(r.applied for r in engine.rounds)
     assert summary["dropped_tasks"] == len(dropped)

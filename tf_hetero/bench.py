@@ -173,21 +173,26 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
     offset = first_start - t0  # accuracy clock starts at fit(); the task clock at task 1
     hit = next((t - offset for t, a in sampler.samples if a >= cfg.target_accuracy), None)
     grad_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
+    # Every micro-batch pushes its gradient once (ours into the accumulators), except with
+    # local accumulation (H-PS): one push per worker per round, of the encoded size.
+    pushed_per_sample = grad_bytes / cfg.batch_size
     if stock:
         rounds, staleness = len(records), {}
     else:
         s = strategy.monitor.summary()
+        if strategy.monitor.push_times is not None:  # counted per push
+            pushed_per_sample = s["bytes_pushed"] / (len(records) * k * cfg.batch_size)
         engine = strategy.engine
         rounds = len(engine.rounds) if engine and engine.rounds_mode else s["applied_tasks"]
-        staleness = {"mean_staleness": s["mean_staleness"], "max_staleness": s["max_staleness"]}
+        staleness = {"mean_staleness": s["mean_staleness"], "max_staleness": s["max_staleness"],
+                     "mean_round_ms": s["mean_round_ms"] if engine and engine.rounds_mode else None}
     result = {
         "strategy": spec,
         "samples_per_sec": sps,
         "efficiency": metrics.efficiency(sps, ideal),
         "time_to_target_s": hit,
         "final_accuracy": final,
-        # every micro-batch pushes its gradient once (ours into the accumulators)
-        "bytes_pushed_per_sample": grad_bytes / cfg.batch_size,
+        "bytes_pushed_per_sample": pushed_per_sample,
         "rounds": rounds,
         "tasks": len(records),  # scheduled closures (steps_per_execution micro-batches each)
         "applied_tasks": applied,
@@ -206,17 +211,20 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
 def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
     lines = [f"profile `{cfg.profile}`, {cfg.workers} workers / {cfg.ps} PS, model {cfg.model}, "
              f"data {cfg.dataset}, {cfg.tasks} micro-batches x {cfg.batch_size} samples "
-             f"({cfg.steps_per_execution} per task), target accuracy {cfg.target_accuracy}", "",
+             f"({cfg.steps_per_execution} per task), SGD lr {cfg.base_lr:g} x micro-batches per "
+             f"update, momentum {cfg.momentum:g}, target accuracy {cfg.target_accuracy}", "",
              "| strategy | samples/s | efficiency | time to target s | final accuracy | "
-             "bytes pushed/sample | rounds | dropped tasks | tasks per worker |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "bytes pushed/sample | rounds | mean round ms | dropped tasks | tasks per worker |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         ttt = f"{r['time_to_target_s']:.1f}" if r["time_to_target_s"] is not None else "not reached"
+        round_ms = f"{r['mean_round_ms']:.0f}" if r.get("mean_round_ms") is not None else ""
         lines.append(
             f"| {r['strategy']} | {r['samples_per_sec']:.0f} | {r['efficiency']:.3f} | {ttt} | "
             f"{r['final_accuracy']:.4f} | {r['bytes_pushed_per_sample']:.0f} | {r['rounds']} | "
+            f"{round_ms} | "
             f"{r['dropped_tasks']} | {'/'.join(map(str, r['tasks_per_worker']))} |")
-    lines.append(f"| ideal | {ideal:.0f} | 1.000 | | | | | | |")
+    lines.append(f"| ideal | {ideal:.0f} | 1.000 | | | | | | | |")
     return "\n".join(lines)
 
 

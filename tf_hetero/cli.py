@@ -170,11 +170,17 @@ def cmd_bench(args) -> int:
                           steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
                           steps_per_execution=args.steps_per_execution,
                           target_accuracy=args.target_accuracy, out_dir=args.out_dir,
+                          base_lr=args.base_lr, momentum=args.momentum,
                           json_path=args.json)
     except ValueError as e:
         raise _UsageError(str(e)) from None
     run_bench(cfg)
     _exit_without_tf_teardown(0)
+
+
+#: The strategy names of the demo and the benchmark (tf_hetero.strategies.registry).
+STRATEGY_HELP = ("pss (stock TF), asp, bsp, backup[B], ssp[S], epsp[T], epspslack[T], hps[T], "
+                 "hpspipe[T], hpsint8, hpsint4, hpsfp16 (T: tasks per round)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -201,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--ps", type=int, default=2)
     demo.add_argument("--profile", default="slow=3:4")
     demo.add_argument("--strategy", default="pss",
-                      help="pss (stock TF), asp, bsp, backup[B], ssp[S]")
+                      help=STRATEGY_HELP)
     demo.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     demo.add_argument("--epochs", type=int, default=4)
     demo.add_argument("--steps-per-epoch", type=int, default=100)
@@ -213,7 +219,7 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="strategies side by side on one local cluster")
     bench.add_argument("--strategies", default="pss,asp,bsp,backup,ssp",
-                       help="comma-separated: pss, asp, bsp, backup[B], ssp[S] (pss is always run)")
+                       help="comma-separated: " + STRATEGY_HELP + " (pss is always run)")
     bench.add_argument("--workers", type=int, default=4)
     bench.add_argument("--ps", type=int, default=2)
     bench.add_argument("--profile", default="slow=3:4")
@@ -224,6 +230,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--steps-per-execution", type=int, default=1,
                        help="micro-batches per task (Keras steps_per_execution)")
     bench.add_argument("--target-accuracy", type=float, default=0.9)
+    bench.add_argument("--base-lr", type=float, default=0.02,
+                       help="SGD learning rate per micro-batch; x micro-batches per update")
+    bench.add_argument("--momentum", type=float, default=0.9)
     bench.add_argument("--out-dir", default="runs/bench")
     bench.add_argument("--json", default=None, help="JSON path (.md and .png written beside it)")
     bench.set_defaults(fn=cmd_bench)

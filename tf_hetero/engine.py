@@ -594,9 +594,9 @@ class RoundEngine:
             self._pending.appendleft(task)
         rnd.pull = []
         for t in copies:
-            if t.state == "done" and t.lane_id not in rnd.lanes:
+            if t.state == "done" and t.lane_id in late_lanes:
                 t.state = "late"  # its lane was still being written: not in this apply
-            elif t.state == "done" and self.monitor:
+            elif t.state == "done" and self.monitor and not t.drain:  # a drain has no data
                 self.monitor.task(t, applied=True, staleness=int(self.local == "pipelined"))
         for lane in sorted(late_lanes):
             self._settle_late(rnd, lane)

@@ -129,7 +129,9 @@ class Monitor:
             rounds = [r for r in rounds if r.t_applied >= since]
         per_worker = [[t.duration for t in tasks if t.worker == w] for w in range(self.num_workers)]
         stale = [t.staleness for t in tasks if t.applied]
-        round_s = [r.t_applied - r.t_open for r in rounds if r.applied > 0]
+        # Rounds of training tasks (not the push-only or fold-only rounds that end an epoch).
+        round_s = [r.t_applied - r.t_open for r in rounds if r.applied > 0
+                   and not (r.info.get("drain") or r.info.get("fold_only"))]
         out = {
             "tasks": len(tasks),
             "applied_tasks": sum(t.applied for t in tasks),

@@ -323,9 +323,9 @@ class SpeedProportional:
     available memory). When the budgets of the live workers add up to fewer than
     ``round_tasks``, the round has as many tasks as they allow (``info["capped"]``).
 
-    :meth:`plan` returns the workers in assignment order (a partial round at the end of an
-    epoch keeps a prefix, which is the best split of that many tasks) and leaves the shares,
-    estimated task times and projected round time in ``last`` for the round's log.
+    :meth:`plan` returns the workers in the order of their tasks' projected finish times (a
+    partial round at the end of an epoch keeps a prefix: the tasks that end first) and leaves
+    the shares, estimated task times and projected round time in ``last`` for the round's log.
 
     >>> p = SpeedProportional(16)
     >>> p.shares({0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4})
@@ -361,29 +361,33 @@ class SpeedProportional:
             return self.round_tasks
         return b if isinstance(b, int) else b.get(worker, self.round_tasks)
 
-    def order(self, times: Mapping[int, float]) -> list[int]:
-        """The workers, one entry per task, in the order the tasks are assigned."""
-        known = [t for t in times.values() if t > 0 and not math.isnan(t)]
-        default = float(np.median(known)) if known else 1.0
-        t = {w: (x if x > 0 and not math.isnan(x) else default) for w, x in times.items()}
-        k = {w: 0 for w in t}
-        out: list[int] = []
-        for w in sorted(t, key=lambda w: (t[w], w)):  # the floor first, fastest worker first
-            n = min(self.min_tasks, self.budget(w), self.round_tasks - len(out))
-            out += [w] * n
-            k[w] += n
-        while len(out) < self.round_tasks:
+    def shares(self, times: Mapping[int, float]) -> dict[int, int]:
+        """Micro-batches per worker for one round, given each worker's task time."""
+        t = self._times(times)
+        k = {w: min(self.min_tasks, self.budget(w)) for w in t}
+        while sum(k.values()) > self.round_tasks:  # more workers than tasks: slowest lose
+            k[max((w for w in t if k[w]), key=lambda w: (t[w], w))] -= 1
+        while sum(k.values()) < self.round_tasks:
             open_ = [w for w in t if k[w] < self.budget(w)]
             if not open_:
                 break  # the budgets cap the round
-            w = min(open_, key=lambda w: ((k[w] + 1) * t[w], w))
-            out.append(w)
+            w = min(open_, key=lambda w: ((k[w] + 1) * t[w], w))  # finishes it first
             k[w] += 1
-        return out
+        return {w: k[w] for w in sorted(t)}
 
-    def shares(self, times: Mapping[int, float]) -> dict[int, int]:
-        order = self.order(times)
-        return {w: order.count(w) for w in sorted(times)}
+    def order(self, times: Mapping[int, float]) -> list[int]:
+        """The workers, one entry per task, by projected finish time of each task: a partial
+        round at the end of an epoch (a prefix) leaves out the tasks that would end last,
+        such as a slow worker's only one."""
+        t = self._times(times)
+        slots = [((j + 1) * t[w], w) for w, n in self.shares(times).items() for j in range(n)]
+        return [w for _, w in sorted(slots)]
+
+    @staticmethod
+    def _times(times: Mapping[int, float]) -> dict[int, float]:
+        known = [t for t in times.values() if t > 0 and not math.isnan(t)]
+        default = float(np.median(known)) if known else 1.0
+        return {w: (x if x > 0 and not math.isnan(x) else default) for w, x in times.items()}
 
     def plan(self, idle, busy, monitor) -> list[int]:
         live = sorted(list(idle) + list(busy))

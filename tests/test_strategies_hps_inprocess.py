@@ -53,6 +53,17 @@ def _fit(strategy, tasks, lr=0.1, seed=0, profile=None):
     return model, x, y
 
 
+def _round_batches(r, x, y, position):
+    """The micro-batches round ``r``'s tasks ran, in data order (advances ``position``)."""
+    xs, ys = [], []
+    for w in range(N):
+        n = sum(t.worker == w and t.state == "done" and not t.drain for t in r.tasks)
+        xs += [x[j, w] for j in range(position[w], position[w] + n)]
+        ys += [y[j, w] for j in range(position[w], position[w] + n)]
+        position[w] += n
+    return xs, ys
+
+
 def _assert_equals_large_batch_sgd(model, engine, x, y, atol, lr=0.1):
     """``model`` == one SGD step per round on the micro-batches each worker ran in it."""
     import tf_keras as keras
@@ -62,12 +73,7 @@ def _assert_equals_large_batch_sgd(model, engine, x, y, atol, lr=0.1):
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     position = [0] * N
     for r in engine.rounds:
-        xs, ys = [], []
-        for w in range(N):
-            n = sum(t.worker == w and t.state == "done" and not t.drain for t in r.tasks)
-            xs += [x[j, w] for j in range(position[w], position[w] + n)]
-            ys += [y[j, w] for j in range(position[w], position[w] + n)]
-            position[w] += n
+        xs, ys = _round_batches(r, x, y, position)
         if xs:
             reference.train_on_batch(np.concatenate(xs), np.concatenate(ys))
     for got, want in zip(model.get_weights(), reference.get_weights()):
@@ -107,7 +113,26 @@ def test_pipelined_rounds_apply_the_previous_rounds_gradients_and_lose_none(clus
         previous = engine.rounds[r.id - 1]
         assert r.lanes == {w: n for w, n in collections.Counter(
             t.worker for t in previous.tasks if not t.drain).items()}
-    assert not all(np.allclose(a, b) for a, b in zip(model.get_weights(), _model().get_weights()))
+    # Delayed SGD: round r's update is the mean gradient of round r - 1's micro-batches, taken
+    # at the weights round r - 1 ran with.
+    import tensorflow as tf
+    import tf_keras as keras
+
+    reference, loss = _model(), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    pending, position = None, [0] * N
+    for r in engine.rounds:
+        xs, ys = _round_batches(r, x, y, position)
+        grads = None
+        if xs:
+            with tf.GradientTape() as tape:
+                value = loss(np.concatenate(ys), reference(np.concatenate(xs)))
+            grads = tape.gradient(value, reference.trainable_variables)
+        if pending is not None:
+            for v, g in zip(reference.trainable_variables, pending):
+                v.assign_sub(0.1 * g)
+        pending = grads
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, atol=1e-5)
     stale = {t.staleness for t in strategy.monitor.tasks}
     assert stale == {1}
 
@@ -155,3 +180,24 @@ def test_hps_strategy_rejects_impossible_settings_before_connecting(cluster):
         tf_hetero.HPSStrategy(cluster.resolver, memory_budget=[1, 2])
     with pytest.raises(ValueError, match=r"quantize='int3': use one of fp32, fp16, int8, int4"):
         tf_hetero.HPSStrategy(cluster.resolver, quantize="int3")
+
+
+def test_hps_refuses_several_micro_batches_per_task_with_a_clear_error(cluster):
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=3)
+    with strategy.scope():
+        model = _model()
+        model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      steps_per_execution=2)
+
+    def fn(ctx):
+        return tf.data.Dataset.from_tensors((tf.zeros([B, 5]), tf.zeros([B], tf.int64))).repeat()
+
+    with pytest.raises(ValueError, match=r"steps_per_execution > 1.*Fix: compile with "
+                                         r"steps_per_execution=1"):
+        model.fit(keras.utils.experimental.DatasetCreator(fn), epochs=1, steps_per_epoch=6,
+                  verbose=0)
