@@ -38,7 +38,7 @@ __all__ = ["HPSStrategy"]
 
 
 def HPSStrategy(cluster_resolver, variable_partitioner=None, *, round_tasks: int | None = None,
-                min_tasks: int = 1, memory_budget=None, alpha: float = 0.5,
+                min_tasks: int = 1, memory_budget=None, alpha: float = 0.3,
                 pipeline: bool = False, quantize: str = "fp32", **kwargs) -> HeteroStrategy:
     """Builds an H-PS strategy (see the module docstring for what each argument does)."""
     num_workers = len(cluster_resolver.cluster_spec().as_dict().get("worker", ()))

@@ -244,3 +244,19 @@ def test_unknown_codec_names_the_choices():
 def test_docstrings():
     for module in (policies_module, quantize):
         assert doctest.testmod(module).failed == 0
+
+
+@pytest.mark.parametrize("local", ["strict", "pipelined"])
+def test_first_round_without_measurements_is_pulled_and_every_task_pushes(local):
+    e, d, m, _ = make_hps(2, 4, local=local)  # no task measured yet
+    tasks = [e.submit(i) for i in range(4)]
+    assert e.rounds[0].info["pulled"] and all(t.push == PUSH_ALL for t in tasks)
+    assert [w for _, w, _ in d.dispatched] == [0, 1]  # one per idle worker, the rest queued
+    for t in list(tasks):
+        if t.state == "dispatched":
+            run(e, t)
+    for t in tasks:
+        if t.state == "dispatched":
+            run(e, t)
+    assert d.applies == [(0, {0: 2, 1: 2})] and e.held == {0: 0, 1: 0}
+    assert SpeedProportional(4, memory_budget=1).plan([0, 1, 2, 3], [], None) == [0, 1, 2, 3]

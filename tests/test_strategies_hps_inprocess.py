@@ -89,14 +89,17 @@ def test_strict_rounds_equal_large_batch_sgd_with_one_push_per_worker(cluster):
     engine = strategy.engine
     _assert_equals_large_batch_sgd(model, engine, x, y, atol=1e-5)
     assert [r.applied for r in engine.rounds] == [per_round] * rounds
-    for r in engine.rounds:  # pinned shares; each worker's last task pushed all of its own
+    # The first round, before any worker is measured, is pulled; each of its tasks pushes.
+    assert engine.rounds[0].info["pulled"] and all(t.pushed == 1 for t in engine.rounds[0].tasks)
+    for r in engine.rounds[1:]:  # pinned shares; each worker's last task pushed all of its own
         shares = r.info["shares"]
         assert sum(shares.values()) == per_round and min(shares.values()) >= 1
         assert r.lanes == shares
         assert sorted(t.worker for t in r.tasks if t.pushed) == sorted(shares)
     s = strategy.monitor.summary()
-    assert s["pushes"] == N * rounds  # not one per micro-batch
-    assert s["bytes_pushed"] == N * rounds * strategy.monitor.bytes_per_push
+    pushes = per_round + N * (rounds - 1)  # not one per micro-batch
+    assert s["pushes"] == pushes
+    assert s["bytes_pushed"] == pushes * strategy.monitor.bytes_per_push
 
 
 def test_pipelined_rounds_apply_the_previous_rounds_gradients_and_lose_none(cluster):
@@ -106,10 +109,12 @@ def test_pipelined_rounds_apply_the_previous_rounds_gradients_and_lose_none(clus
     strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=per_round, pipeline=True)
     model, x, y = _fit(strategy, rounds * per_round)
     engine = strategy.engine
-    assert engine.rounds[0].applied == 0 and engine.rounds[0].lanes == {}  # nothing pushed yet
+    # Round 0 is pulled (no speeds yet): its tasks push at once; later rounds push late.
+    assert engine.rounds[0].applied == per_round
     assert engine.rounds[-1].info == {"drain": True}  # fit's join emptied the buffers
     assert sum(max(r.applied, 0) for r in engine.rounds) == rounds * per_round
-    for r in engine.rounds[1:]:  # round r applies what round r - 1 computed
+    assert engine.rounds[1].applied == 0  # round 0 pushed its own; round 1 holds its buffers
+    for r in engine.rounds[2:]:  # round r applies what round r - 1 computed
         previous = engine.rounds[r.id - 1]
         assert r.lanes == {w: n for w, n in collections.Counter(
             t.worker for t in previous.tasks if not t.drain).items()}
@@ -127,6 +132,8 @@ def test_pipelined_rounds_apply_the_previous_rounds_gradients_and_lose_none(clus
             with tf.GradientTape() as tape:
                 value = loss(np.concatenate(ys), reference(np.concatenate(xs)))
             grads = tape.gradient(value, reference.trainable_variables)
+        if r.info.get("pulled"):  # applied in its own round
+            pending, grads = grads, None
         if pending is not None:
             for v, g in zip(reference.trainable_variables, pending):
                 v.assign_sub(0.1 * g)
@@ -150,7 +157,7 @@ def test_quantized_pushes_shrink_bytes_and_stay_close_to_fp32(cluster, codec, at
     # test_engine_hps.py; this 39-parameter model pays a 4-byte scale per tensor).
     wire = sum(tf_hetero.quantize.get(codec).payload_bytes(w.size) for w in model.get_weights())
     assert strategy.monitor.bytes_per_push == wire < sum(4 * w.size for w in model.get_weights())
-    assert strategy.monitor.summary()["pushes"] == N * rounds
+    assert strategy.monitor.summary()["pushes"] == per_round + N * (rounds - 1)
 
 
 def test_shares_follow_measured_speed_and_respect_memory_budgets(cluster):

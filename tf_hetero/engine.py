@@ -502,14 +502,17 @@ class RoundEngine:
         self._folds[(lane, rnd.id % 2)] = (rnd.id, late)
 
     def _push_flags(self, plan: list) -> list[int]:
-        """Local accumulation: which of each worker's tasks in a (pinned) plan push."""
+        """Local accumulation: which of each worker's tasks in a plan push. A pulled task
+        (no planned worker: nobody knows which task is a worker's last) pushes all it adds."""
         first, last = {}, {}
         for i, w in enumerate(plan):
             first.setdefault(w, i)
             last[w] = i
         if self.local == "strict":
-            return [PUSH_ALL if last[w] == i else 0 for i, w in enumerate(plan)]
-        return [PUSH_OLD if first[w] == i else 0 for i, w in enumerate(plan)]
+            return [PUSH_ALL if isinstance(w, frozenset) or last[w] == i else 0
+                    for i, w in enumerate(plan)]
+        return [PUSH_ALL if isinstance(w, frozenset) else PUSH_OLD if first[w] == i else 0
+                for i, w in enumerate(plan)]
 
     def _buffer(self, task: Task, worker: int) -> None:
         """A local-accumulation task is done: its gradient is in the buffer or pushed."""

@@ -323,6 +323,10 @@ class SpeedProportional:
     available memory). When the budgets of the live workers add up to fewer than
     ``round_tasks``, the round has as many tasks as they allow (``info["capped"]``).
 
+    Until every live worker has a measured task (the first round), the round's tasks are
+    pulled by whichever worker is free (``info["pulled"]``), so the unmeasured round is not
+    set by a slow worker's even share (with memory budgets it is split evenly within them).
+
     :meth:`plan` returns the workers in the order of their tasks' projected finish times (a
     partial round at the end of an epoch keeps a prefix: the tasks that end first) and leaves
     the shares, estimated task times and projected round time in ``last`` for the round's log.
@@ -336,7 +340,7 @@ class SpeedProportional:
 
     def __init__(self, round_tasks: int, min_tasks: int = 1,
                  memory_budget: int | Mapping[int, int] | Sequence[int] | None = None,
-                 alpha: float = 0.5):
+                 alpha: float = 0.3):
         if not isinstance(round_tasks, int) or round_tasks < 1:
             raise ValueError(f"round_tasks={round_tasks!r}: need an integer >= 1.")
         if not isinstance(min_tasks, int) or min_tasks < 0:
@@ -389,10 +393,16 @@ class SpeedProportional:
         default = float(np.median(known)) if known else 1.0
         return {w: (x if x > 0 and not math.isnan(x) else default) for w, x in times.items()}
 
-    def plan(self, idle, busy, monitor) -> list[int]:
+    def plan(self, idle, busy, monitor) -> list:
         live = sorted(list(idle) + list(busy))
         times = {w: smoothed_time(monitor.durations(w), self.alpha) if monitor is not None
                  else float("nan") for w in live}
+        if self.memory_budget is None and any(math.isnan(t) for t in times.values()):
+            # Before every worker has a measured task, the round's tasks are pulled by free
+            # workers (fast ones take more), not split evenly: an even split would make the
+            # first round as slow as the slowest worker's share.
+            self.last = {"pulled": True, "expected_s": float("nan")}
+            return [frozenset(live)] * self.round_tasks
         order = self.order(times)
         shares = {w: order.count(w) for w in live}
         known = {w: x for w, x in times.items() if not math.isnan(x)}
