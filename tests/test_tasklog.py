@@ -189,6 +189,18 @@ def test_attach_records_a_closure_that_raises():
     assert log.counts(1) == [1]
 
 
+def test_attach_skips_a_strategys_round_applies_and_drains():
+    coordinator = fake_coordinator(1)
+    log = TaskLog().attach(coordinator)
+    worker = coordinator._cluster.workers[0]
+    apply = types.SimpleNamespace(_tf_hetero_apply=(0, None))
+    drain = types.SimpleNamespace(_tf_hetero_task=types.SimpleNamespace(drain=True))
+    step = types.SimpleNamespace(_tf_hetero_task=types.SimpleNamespace(drain=False))
+    for closure in (apply, drain, step):
+        worker._process_closure(closure)
+    assert log.counts(1) == [1]  # only the training step
+
+
 def test_attach_does_not_record_earlier_closures():
     coordinator = fake_coordinator(1)
     coordinator._cluster.workers[0]._process_closure("before")

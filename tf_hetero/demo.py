@@ -101,8 +101,8 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
                       metrics=["accuracy"])
     tf_hetero.emulate(model, profile, strategy=strategy)
     hetero = isinstance(strategy, tf_hetero.HeteroStrategy)
-    task_log = TaskLog.for_strategy(strategy)  # progress; for tf-hetero strategies it also
-    # sees round applies, so their training tasks are taken from the monitor below
+    task_log = TaskLog.for_strategy(strategy)  # progress; for tf-hetero strategies the
+    # figures below come from the monitor, which knows which tasks were applied
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=n, seed=cfg.seed,
                                data=train_split)
     t0 = time.perf_counter()

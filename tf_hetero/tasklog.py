@@ -48,6 +48,12 @@ class WorkerStats:
     busy_s: float
 
 
+def _engine_internal(closure) -> bool:
+    """A round's apply or a push-only drain of a tf-hetero strategy: not a training step."""
+    task = getattr(closure, "_tf_hetero_task", None)
+    return hasattr(closure, "_tf_hetero_apply") or bool(getattr(task, "drain", False))
+
+
 class TaskLog:
     """Thread-safe record of finished tasks. Attach it to a coordinator to fill it."""
 
@@ -89,8 +95,9 @@ class TaskLog:
                         return _original(closure)
                     finally:
                         end = time.perf_counter()
-                        for task_log in list(_logs):
-                            task_log.record(_worker.worker_index, start, end)
+                        if not _engine_internal(closure):
+                            for task_log in list(_logs):
+                                task_log.record(_worker.worker_index, start, end)
 
                 worker._process_closure = timed  # pylint: disable=protected-access
             if self not in logs:
