@@ -144,10 +144,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         # Set here, before the put: a worker thread may pick the closure up at once (even
         # before engine.submit() has returned to schedule()).
         closure._tf_hetero_task = task  # pylint: disable=protected-access
-        if round_id is not None:
-            code = task_code(round_id, task.lane, task.push)
-            closure._args = (self._code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
-        self._put(closure, worker)
+        self._put(closure, worker)  # its task code is set when it starts (process_closure)
 
     def drain(self, worker):
         """A push-only closure: pushes ``worker``'s buffered gradients (pipelined H-PS)."""
@@ -278,16 +275,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         python_fn = _autograph(fn)
         if python_fn is None:
             return _Entry(None, is_train=False)
-        record = {}
-
-        @tf.function
-        def probe(*a, **kw):
-            with accumulating(lambda opt, variables: _NullAccumulators(), tf.constant(NO_ROUND, tf.int64)) as rec:
-                out = python_fn(*a, **kw)
-            record.update(rec)
-            return out
-
-        keep = self._closure(probe, args, kwargs)  # traces only
+        record, keep = self._trace_once(python_fn, args, kwargs,
+                                        lambda opt, variables: _NullAccumulators())
         if record.get("calls", 0):
             self.monitor.bytes_per_push = record["bytes"]
         return _Entry(None, is_train=record.get("calls", 0) > 0, keep=keep)
@@ -297,12 +286,14 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         if python_fn is None:  # a concrete function: cannot re-trace it
             return _Entry(None, is_train=False)
         record = {}
+        accumulators_for = self._accumulators_for
         if self._hetero.local:
             self._make_buffers(python_fn, args, kwargs)
+            accumulators_for = self._buffers_for
 
         @tf.function
         def accumulate_fn(round_id, *a, **kw):
-            with accumulating(self._accumulators_for, round_id) as rec:
+            with accumulating(accumulators_for, round_id) as rec:
                 out = python_fn(*a, **kw)
             record.update(rec)
             return out
@@ -316,24 +307,19 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         while a step is traced)."""
         found = []
 
-        @tf.function
-        def find(*a, **kw):
-            def record(optimizer, variables):
-                if "while" in tf.compat.v1.get_default_graph().name:
-                    raise ValueError(
-                        f"{self._hetero.preset}: the training step runs several micro-batches "
-                        "per task (compile(steps_per_execution > 1)), but local accumulation "
-                        "sizes each worker's share in single micro-batch tasks. Fix: compile "
-                        "with steps_per_execution=1 and set the strategy's round_tasks.")
-                found.append((optimizer, list(variables)))
-                return _NullAccumulators()
+        def record(optimizer, variables):
+            if "while" in tf.compat.v1.get_default_graph().name:
+                raise ValueError(
+                    f"{self._hetero.preset}: the training step runs several micro-batches "
+                    "per task (compile(steps_per_execution > 1)), but local accumulation "
+                    "sizes each worker's share in single micro-batch tasks. Fix: compile "
+                    "with steps_per_execution=1 and set the strategy's round_tasks.")
+            found.append((optimizer, list(variables)))
+            return _NullAccumulators()
 
-            with accumulating(record, tf.constant(NO_ROUND, tf.int64)):
-                return python_fn(*a, **kw)
-
-        self._probe_keep = self._closure(find, args, kwargs)  # traces only
+        _, self._probe_keep = self._trace_once(python_fn, args, kwargs, record)
         for optimizer, variables in found:
-            acc = self._accumulators_for(optimizer, variables, local=False)
+            acc = self._accumulators_for(optimizer, variables)
             if not any(b.acc is acc for b in self._buffers):
                 self._buffers.append(LocalBuffers(
                     self.strategy, acc, self._hetero.codec, link_us_per_byte(self.strategy)))
@@ -341,13 +327,29 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.monitor.push_times = self.monitor.push_times or []
         self._drain_fn = None
 
-    def _accumulators_for(self, optimizer, variables, local=None):
-        if self._hetero.local and local is None:  # the step adds into its worker's buffers
-            for buffers in self._buffers:
-                if buffers.acc.optimizer is optimizer and buffers.covers(variables):
-                    return buffers
-            raise EngineError("a training step used variables that the first trace did not "
-                              "see; local accumulation cannot buffer them.")
+    def _trace_once(self, python_fn, args, kwargs, accumulators_for):
+        """Traces the step with ``apply_gradients`` routed to ``accumulators_for`` (inspection
+        only). Returns what :func:`accumulating` recorded and the closure to keep alive."""
+        record = {}
+
+        @tf.function
+        def traced(*a, **kw):
+            with accumulating(accumulators_for, tf.constant(NO_ROUND, tf.int64)) as rec:
+                out = python_fn(*a, **kw)
+            record.update(rec)
+            return out
+
+        return record, self._closure(traced, args, kwargs)  # traces only
+
+    def _buffers_for(self, optimizer, variables) -> LocalBuffers:
+        """Local accumulation: the step adds into its worker's buffers."""
+        for buffers in self._buffers:
+            if buffers.acc.optimizer is optimizer and buffers.covers(variables):
+                return buffers
+        raise EngineError("a training step used variables that the first trace did not "
+                          "see; local accumulation cannot buffer them.")
+
+    def _accumulators_for(self, optimizer, variables) -> Accumulators:
         for acc in self._accumulators:
             if acc.optimizer is optimizer and acc.covers(variables):
                 return acc
@@ -404,11 +406,11 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             # _on_closure_failure, e.g. for transient PS errors).
             closure.tag = None
             start = time.perf_counter()
-            if task is not None and not self.engine.task_started(task, w):
-                closure._args = (self._code_tensor(NO_ROUND),) + tuple(closure._args[1:])  # pylint: disable=protected-access
-            elif task is not None and self.engine.local:  # push flags are final at start
-                code = task_code(task.round, task.lane, task.push)
-                closure._args = (self._code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
+            if task is not None:
+                fresh = self.engine.task_started(task, w)
+                if task.round is not None:  # its round, lane and push flags are final now
+                    code = task_code(task.round, task.lane, task.push) if fresh else NO_ROUND
+                    closure._args = (self._code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
             elif asp:
                 with self._asp_lock:
                     version = self._asp_version

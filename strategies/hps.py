@@ -59,10 +59,10 @@ def HPSStrategy(cluster_resolver, variable_partitioner=None, *, round_tasks: int
                 f"HPSStrategy: the memory budgets add up to {total} micro-batches per round, "
                 f"fewer than round_tasks={round_tasks}. Fix: raise memory_budget or lower "
                 "round_tasks.")
-    quantize_module.get(quantize)  # a clear error for an unknown codec, before connecting
+    codec = quantize_module.get(quantize).name  # a clear error for a bad name, before connecting
     assign = policies.SpeedProportional(round_tasks, min_tasks, memory_budget, alpha)
-    config = EngineConfig(f"hps{'-pipelined' if pipeline else ''}-{quantize_module.get(quantize).name}",
+    config = EngineConfig(f"hps{'-pipelined' if pipeline else ''}-{codec}",
                           sync=policies.AllTasks(), assign=assign,
-                          local="pipelined" if pipeline else "strict",
-                          codec=quantize_module.get(quantize).name, **_engine_kwargs(kwargs))
+                          local="pipelined" if pipeline else "strict", codec=codec,
+                          **_engine_kwargs(kwargs))
     return HeteroStrategy(cluster_resolver, variable_partitioner, config=config, **kwargs)

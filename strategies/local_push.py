@@ -90,24 +90,19 @@ class LocalBuffers:
         worker = current_worker()
         count = self.count.read_value()
         sums = [s.read_value() for s in self.sums]
-        residuals = ([r.read_value() for r in self.residuals] if self.lossy
-                     else [None] * len(sums))
+        residuals = [r.read_value() for r in self.residuals]  # empty unless lossy
 
         # PUSH_OLD first, and independent of this task's gradient: it overlaps the compute.
-        old_payloads, old_res = self._encode(sums, residuals)
-        pushed_old = tf.cond(push_old & (count > 0),
-                             lambda: self._push(old_payloads, round_id, worker, count, None),
-                             lambda: tf.constant(False))
+        pushed_old, residuals = self._maybe_push(push_old & (count > 0), sums, residuals,
+                                                 round_id, worker, count, None)
         # PUSH_ALL after the compute (and, under emulation, after its emulated time).
         new_count = count + (0 if drain else 1)
         total = [s + g for s, g in zip(sums, grads)]
-        all_payloads, all_res = self._encode(total, residuals)
         done = None if drain else finish_compute(grads)
         with tf.control_dependencies([pushed_old]):  # one PS lane write at a time
-            pushed_all = tf.cond(push_all & (new_count > 0),
-                                 lambda: self._push(all_payloads, round_id, worker, new_count,
-                                                    done),
-                                 lambda: tf.constant(False))
+            pushed_all, residuals = self._maybe_push(push_all & (new_count > 0), total,
+                                                     residuals, round_id, worker, new_count,
+                                                     done)
 
         # Buffers: masks, not control flow (per-worker variables cannot be read in a cond).
         keep = ~valid
@@ -119,15 +114,28 @@ class LocalBuffers:
         updates.append(self.count.assign(tf.where(
             keep, count, tf.where(push_all, tf.constant(0, tf.int64),
                                   tf.where(push_old, tf.constant(1, tf.int64), new_count)))))
-        for r, res, o, a in zip(self.residuals, residuals, old_res, all_res):
-            updates.append(r.assign(tf.where(push_all & (new_count > 0), a,
-                                             tf.where(push_old & (count > 0), o, res))))
+        for r, res in zip(self.residuals, residuals):  # unchanged unless a push encoded
+            updates.append(r.assign(res))
         with tf.control_dependencies(updates + [pushed_all]):
             return tf.identity(pushed_old | pushed_all)
 
+    def _maybe_push(self, pred, values, residuals, round_id, worker, micro_batches, after):
+        """If ``pred``: encode ``values`` (+ residuals) and push them. Encoding happens inside
+        the branch, so a task that does not push does not quantize. Returns ``(pushed,
+        residuals after)`` (the residuals are unchanged when nothing was pushed)."""
+
+        def push():
+            payloads, new_residuals = self._encode(values, residuals)
+            return (self._push(payloads, round_id, worker, micro_batches, after),
+                    *new_residuals)
+
+        out = tf.cond(pred, push, lambda: (tf.constant(False), *residuals))
+        return out[0], list(out[1:])
+
     def _encode(self, values, residuals):
+        """Payloads of ``values`` and, with a lossy codec, the new error-feedback residuals."""
         if not self.lossy:
-            return [(v,) for v in values], [None] * len(values)
+            return [(v,) for v in values], []
         out, res = [], []
         for v, r in zip(values, residuals):
             payload, new_r = quantize.compress(self.codec, tf.cast(v, tf.float32), r)

@@ -177,15 +177,16 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
     # local accumulation (H-PS): one push per worker per round, of the encoded size.
     pushed_per_sample = grad_bytes / cfg.batch_size
     if stock:
-        rounds, staleness = len(records), {}
+        rounds, engine_figures = len(records), {}
     else:
         s = strategy.monitor.summary()
         if strategy.monitor.push_times is not None:  # counted per push
             pushed_per_sample = s["bytes_pushed"] / (len(records) * k * cfg.batch_size)
         engine = strategy.engine
         rounds = len(engine.rounds) if engine and engine.rounds_mode else s["applied_tasks"]
-        staleness = {"mean_staleness": s["mean_staleness"], "max_staleness": s["max_staleness"],
-                     "mean_round_ms": s["mean_round_ms"] if engine and engine.rounds_mode else None}
+        engine_figures = {
+            "mean_staleness": s["mean_staleness"], "max_staleness": s["max_staleness"],
+            "mean_round_ms": s["mean_round_ms"] if engine and engine.rounds_mode else None}
     result = {
         "strategy": spec,
         "samples_per_sec": sps,
@@ -200,7 +201,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
         "fit_wall_s": fit_wall,
         "task_span_s": span,
         "learning_rate": cfg.base_lr * per_update,
-        **staleness,
+        **engine_figures,
         "tasks_per_worker": [sum(r[0] == w for r in records) for w in range(cfg.workers)],
         "accuracy_curve": [(t - offset, a) for t, a in sampler.samples],
         "timeline": [(w, s - first_start, e - first_start, a) for w, s, e, a in records],

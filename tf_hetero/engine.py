@@ -394,13 +394,10 @@ class RoundEngine:
         if len(self._pending) < len(plan) and not self._flushing:
             return  # fit is still scheduling this round's tasks
         plan = plan[:len(self._pending)]
-        rnd = Round(self._next_round, [], t_open=self.clock(), live_workers=len(live))
-        rnd.info = dict(getattr(self.assign, "last", None) or {})
+        rnd = self._new_round(dict(getattr(self.assign, "last", None) or {}))
         rnd.participants = tuple(sorted(set().union(*[
             e if isinstance(e, frozenset) else {e} for e in plan])))
         rnd.expected_s = rnd.info.get("expected_s", float("nan"))
-        self._next_round += 1
-        self.rounds.append(rnd)
         self._open = rnd
         pinned = []
         flags = self._push_flags(plan) if self.local else [0] * len(plan)
@@ -529,10 +526,7 @@ class RoundEngine:
 
     def _drain_round(self) -> None:
         """A round of push-only tasks, one per worker holding buffered gradients."""
-        rnd = Round(self._next_round, [], t_open=self.clock(), live_workers=len(self._live))
-        rnd.info = {"drain": True}
-        self._next_round += 1
-        self.rounds.append(rnd)
+        rnd = self._new_round({"drain": True})
         self._open = rnd
         for w in self._to_drain():
             task = Task(self._next_task, self.dispatcher.drain(w), round=rnd.id, pinned=w,
@@ -546,11 +540,15 @@ class RoundEngine:
 
     def _fold_round(self) -> None:
         """A round with no task of its own, applying only the late gradients waiting."""
-        rnd = Round(self._next_round, [], t_open=self.clock(), live_workers=len(self._live))
-        rnd.info = {"fold_only": True}
+        self._close(self._new_round({"fold_only": True}))
+
+    def _new_round(self, info: dict) -> Round:
+        """The next round, opened now (recorded in ``rounds``; not yet the open one)."""
+        rnd = Round(self._next_round, [], t_open=self.clock(), live_workers=len(self._live),
+                    info=info)
         self._next_round += 1
         self.rounds.append(rnd)
-        self._close(rnd)
+        return rnd
 
     def _take_folds(self, rnd: Round) -> dict:
         """Late gradients folded into ``rnd``'s apply: ``{(lane, slot): (round, weight)}``."""

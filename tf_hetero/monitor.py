@@ -140,9 +140,10 @@ class Monitor:
             "mean_round_ms": 1e3 * float(np.mean(round_s)) if round_s else float("nan"),
             "mean_staleness": float(np.mean(stale)) if stale else 0.0,
             "max_staleness": int(max(stale)) if stale else 0,
-            "bytes_pushed": (len(tasks) if pushes is None else len(pushes)) * self.bytes_per_push,
-            "pushes": len(tasks) if pushes is None else len(pushes),
         }
+        # Every task pushes once, except with local accumulation (counted per push).
+        out["pushes"] = len(tasks) if pushes is None else len(pushes)
+        out["bytes_pushed"] = out["pushes"] * self.bytes_per_push
         out["folded_lanes"] = sum(len(r.folds) for r in rounds)
         projected = [r.info["projection"] for r in rounds if "projection" in r.info]
         for w, d in enumerate(per_worker):
