@@ -60,9 +60,12 @@ def _translate(e: BaseException) -> BaseException:
 class _Entry:
     """How the coordinator runs one scheduled function."""
 
-    def __init__(self, accumulate_fn=None, is_train: bool = False, keep=None):
+    def __init__(self, accumulate_fn=None, is_train: bool = False, keep=None, accumulators=()):
         self.accumulate_fn = accumulate_fn
         self.is_train = is_train
+        # The accumulators the step writes: a round applies only these (another model's
+        # optimizer on this strategy must not run, even with zero gradients).
+        self.accumulators = tuple(accumulators)
         # Functions traced only to inspect a step stay referenced here: garbage-collected in
         # the middle of fit, TF removes them from every server with blocking RPCs (seen:
         # seconds of stall).
@@ -90,9 +93,10 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self._entries: dict = {}
         self._accumulators: list[Accumulators] = []
         self._buffers: list[LocalBuffers] = []  # local accumulation (H-PS)
-        self._drain_fn = None
-        self._apply_fn = None
-        self._apply_key = None
+        self._last_accumulators: tuple = ()  # of the last training step scheduled
+        self._accumulators_of: dict = {}  # task function -> the accumulators it writes
+        self._drain_fns: dict = {}  # accumulators -> their push-only function (pipelined H-PS)
+        self._apply_fns: dict = {}  # accumulators -> their round apply function
         self._code_tensors: dict[int, tf.Tensor] = {}
         self._attempt = threading.local()
         self._asp_version = 0
@@ -115,6 +119,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             remote_value = closure.build_output_remote_value()
             self._translated(self._cluster.closure_queue.put, closure)
             return remote_value
+        self._last_accumulators = entry.accumulators
         if self.engine.rounds_mode:
             call = (entry.accumulate_fn, (self._code_tensor(NO_ROUND),) + tuple(args or ()), kwargs)
             closure = self._closure(*call)
@@ -122,21 +127,68 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         else:
             closure = self._closure(fn, args, kwargs)
         remote_value = closure.build_output_remote_value()
+        self._make_fetch_start_rounds(remote_value)
         try:
             self.engine.submit(closure)  # dispatch() attaches the engine's Task to the closure
         except Exception as e:  # pylint: disable=broad-except
+            self._error_reached_user()
             raise _translate(e) from e
         return remote_value
 
     def join(self):
-        if self.engine is not None:
-            self._wait_engine()
-        self._translated(super().join)
+        try:
+            if self.engine is not None:
+                self._wait_engine()
+            self._translated(super().join)
+        except Exception:
+            self._error_reached_user()
+            raise
 
     def done(self):
-        if self.engine is not None and not self.engine.idle():
-            return False
-        return self._translated(super().done)
+        """As stock TF's ``done``, and it lets a partial round start: a custom training loop
+        that polls ``done()`` instead of calling ``join()`` must see its steps finish."""
+        try:
+            if self.engine is not None:
+                self.engine.flush()
+                self.engine.raise_if_error()
+                if not self.engine.idle():
+                    return False
+            return self._translated(super().done)
+        except Exception:
+            self._error_reached_user()
+            raise
+
+    def _make_fetch_start_rounds(self, remote_value) -> None:
+        """``fetch()``/``get()`` of a step's result first lets its round start (a round waits
+        for enough steps, which a custom loop that fetches each step never schedules), then
+        waits with the stall bound instead of forever."""
+        original = remote_value._wait_and_maybe_error  # pylint: disable=protected-access
+        ready = remote_value._status_available_event  # pylint: disable=protected-access
+        coordinator = weakref.ref(self)
+
+        def wait_and_maybe_error():
+            this = coordinator()
+            if this is not None and not ready.is_set():
+                this.engine.flush()
+                try:
+                    this._wait_bounded(lambda: ready.wait(1.0))  # pylint: disable=protected-access
+                except Exception:
+                    this._error_reached_user()  # pylint: disable=protected-access
+                    raise
+            original()
+
+        remote_value._wait_and_maybe_error = wait_and_maybe_error  # pylint: disable=protected-access
+
+    def _error_reached_user(self) -> None:
+        """An error was raised to the user: like TF's ``join``, forget it (and what it left
+        queued), so the next ``fit`` on this strategy starts clean."""
+        if self.engine is not None:
+            self.engine.clear_error()
+        queue = self._cluster.closure_queue
+        with queue._queue_lock:  # pylint: disable=protected-access
+            if queue._error is not None:  # pylint: disable=protected-access
+                queue._cancel_all_closures()  # pylint: disable=protected-access
+                queue._error = None  # pylint: disable=protected-access
 
     # -------------------------------------------------------------- dispatcher
     def dispatch(self, task, worker, round_id):
@@ -147,21 +199,30 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self._put(closure, worker)  # its task code is set when it starts (process_closure)
 
     def drain(self, worker):
-        """A push-only closure: pushes ``worker``'s buffered gradients (pipelined H-PS)."""
-        if self._drain_fn is None:
-            buffers, strategy = list(self._buffers), self.strategy
+        """A push-only closure: pushes ``worker``'s buffered gradients (pipelined H-PS), of
+        the accumulators the last training step wrote."""
+        accs = self._last_accumulators
+        fn = self._drain_fns.get(accs)
+        if fn is None:
+            buffers = [b for b in self._buffers if b.acc in accs]
+            strategy = self.strategy
 
             @tf.function
-            def drain_fn(code):
+            def fn(code):
                 return strategy.run(lambda: tf.reduce_any(tf.stack([b.drain(code) for b in buffers])))
 
-            self._drain_fn = drain_fn
-        return self._closure(self._drain_fn, (self._code_tensor(NO_ROUND),), None)
+            self._drain_fns[accs] = fn
+            self._accumulators_of[fn] = accs
+        closure = self._closure(fn, (self._code_tensor(NO_ROUND),), None)
+        closure._tf_hetero_source = (fn, (), None)  # pylint: disable=protected-access
+        return closure
 
     def duplicate(self, task):
         """A second closure of ``task``'s step (task transfer); it reads its own worker's data."""
-        fn, args, kwargs = task.payload._tf_hetero_source  # pylint: disable=protected-access
-        return self._closure(fn, args, kwargs)
+        source = task.payload._tf_hetero_source  # pylint: disable=protected-access
+        closure = self._closure(*source)
+        closure._tf_hetero_source = source  # pylint: disable=protected-access
+        return closure
 
     def dispatch_apply(self, round_id, lanes, folds):
         try:
@@ -177,7 +238,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             weights[lane, round_id % 2], expected[lane, round_id % 2] = 1.0, round_id
         for (lane, slot), (late_round, weight) in folds.items():
             weights[lane, slot], expected[lane, slot] = weight, late_round
-        closure = self._closure(self._round_apply_fn(),
+        closure = self._closure(self._round_apply_fn(self._round_accumulators(round_id, folds)),
                                 (tf.constant(weights), tf.constant(expected)), None)
         closure._tf_hetero_apply = (round_id, closure.build_output_remote_value())  # pylint: disable=protected-access
         # Pin the apply to an idle worker, preferring one of the round's: a busy one (still
@@ -216,14 +277,20 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             raise translated from e
 
     def _wait_engine(self):
-        """Waits for the engine with a bound on how long nothing may happen."""
+        """Waits until the engine is idle, with the stall bound."""
+        self._wait_bounded(lambda: self.engine.wait_idle(timeout=1.0))
+
+    def _wait_bounded(self, wait_step) -> None:
+        """Calls ``wait_step()`` (blocks at most ~1 s, True when the wait is over) until it
+        is over, a worker raised (``join`` raises it), or no task or round finished in
+        ``stall_timeout_s``."""
         stall = self._hetero.stall_timeout_s
         last_progress, last_count = time.monotonic(), -1
         while True:
             if self._cluster.closure_queue._error is not None:  # pylint: disable=protected-access
                 return  # super().join() raises it
             try:
-                if self.engine.wait_idle(timeout=1.0):
+                if wait_step():
                     return
             except Exception as e:  # pylint: disable=broad-except
                 if self._cluster.closure_queue._error is not None:  # pylint: disable=protected-access
@@ -286,10 +353,16 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         if python_fn is None:  # a concrete function: cannot re-trace it
             return _Entry(None, is_train=False)
         record = {}
-        accumulators_for = self._accumulators_for
+        find = self._accumulators_for
         if self._hetero.local:
             self._make_buffers(python_fn, args, kwargs)
-            accumulators_for = self._buffers_for
+            find = self._buffers_for
+        written = []
+
+        def accumulators_for(optimizer, variables):
+            found = find(optimizer, variables)
+            written.append(found.acc if self._hetero.local else found)
+            return found
 
         @tf.function
         def accumulate_fn(round_id, *a, **kw):
@@ -299,7 +372,10 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             return out
 
         keep = self._closure(accumulate_fn, (self._code_tensor(NO_ROUND),) + tuple(args), kwargs)
-        return _Entry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep)
+        accs = tuple(dict.fromkeys(written))
+        self._accumulators_of[accumulate_fn] = accs
+        return _Entry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep,
+                      accumulators=accs)
 
     def _make_buffers(self, python_fn, args, kwargs) -> None:
         """Local accumulation: a first trace finds the step's optimizers and variables, so
@@ -325,7 +401,6 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                     self.strategy, acc, self._hetero.codec, link_us_per_byte(self.strategy)))
         self.monitor.bytes_per_push = sum(b.bytes_per_push for b in self._buffers)
         self.monitor.push_times = self.monitor.push_times or []
-        self._drain_fn = None
 
     def _trace_once(self, python_fn, args, kwargs, accumulators_for):
         """Traces the step with ``apply_gradients`` routed to ``accumulators_for`` (inspection
@@ -362,18 +437,30 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             self.monitor.bytes_per_push = sum(a.bytes_per_push for a in self._accumulators)
         return acc
 
-    def _round_apply_fn(self):
-        key = tuple(id(a) for a in self._accumulators)
-        if self._apply_key != key:
-            fns = [a.make_apply_fn(a.optimizer) for a in self._accumulators]
+    def _round_accumulators(self, round_id, folds) -> tuple:
+        """The accumulators written by the tasks of ``round_id`` and of the rounds whose late
+        gradients it folds in (in creation order)."""
+        rounds = {round_id} | {late for late, _ in folds.values()}
+        written = set()
+        for r in rounds:
+            rnd = self.engine.rounds[r]
+            for task in rnd.tasks + rnd.copies:
+                fn = task.payload._tf_hetero_source[0]  # pylint: disable=protected-access
+                written.update(self._accumulators_of.get(fn, ()))
+        return tuple(a for a in self._accumulators if a in written)
+
+    def _round_apply_fn(self, accumulators: tuple):
+        fn = self._apply_fns.get(accumulators)
+        if fn is None:
+            fns = [a.make_apply_fn(a.optimizer) for a in accumulators]
 
             @tf.function
-            def apply_all(weights, expected):
+            def fn(weights, expected):
                 counts = [f(weights, expected) for f in fns]
                 return counts[0]
 
-            self._apply_fn, self._apply_key = apply_all, key
-        return self._apply_fn
+            self._apply_fns[accumulators] = fn
+        return fn
 
     def _put(self, closure, worker):
         queue = self._cluster.closure_queue

@@ -253,8 +253,10 @@ class RoundEngine:
                     self.monitor.task(task, applied=True, staleness=staleness)
             else:
                 rnd = self.rounds[task.round]
-                if task.stale or (task.twin is not None and task.twin.state == "done"):
-                    self._drop(task)  # wrote nothing, or lost the race to its twin
+                if (task.stale or rnd.info.get("abandoned")
+                        or (task.twin is not None and task.twin.state == "done")):
+                    self._drop(task)  # wrote nothing, lost the race to its twin, or its
+                    # round was abandoned when the engine failed
                 elif rnd.closed:
                     task.state = "late"
                     self._settle_late(rnd, task.lane_id)
@@ -318,16 +320,35 @@ class RoundEngine:
             self._changed.notify_all()
 
     def fail(self, error: BaseException) -> None:
-        """Stops the engine: pending tasks are cancelled, waiters get ``error``."""
+        """Stops the engine: pending tasks are cancelled, waiters get ``error``. The rounds
+        in progress are abandoned: a task of theirs that still starts writes nothing, and
+        one that still finishes applies nothing."""
         with self._lock:
             if self._error is None:
                 self._error = error
             while self._pending:
                 self.dispatcher.cancel(self._pending.popleft())
+            for rnd in (self._open, self._applying):
+                if rnd is not None and not rnd.closed:
+                    rnd.closed, rnd.t_close = True, self.clock()
+                    rnd.info["abandoned"] = True
+                    rnd.pull = []
             self._open = self._applying = None
             self._folds.clear()
             for tasks in self._running.values():
                 tasks.clear()
+            self._changed.notify_all()
+
+    def raise_if_error(self) -> None:
+        """Raises the error the engine failed with, if any (it stays until cleared)."""
+        with self._lock:
+            self._raise_if_error()
+
+    def clear_error(self) -> None:
+        """The failure has reached the user: accept new tasks again (the next ``fit``)."""
+        with self._lock:
+            self._error = None
+            self._flushing = False
             self._changed.notify_all()
 
     @property
