@@ -28,7 +28,7 @@ DEFAULT_PROFILES = ("slow=3:4", "classes=fast:2@1,mid:1@2,slow:1@3", "straggle=0
 def run_profile(profile: str, out_dir: str, epochs: int, steps: int) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    cmd = [sys.executable, "-m", "tf_hetero.cli", "demo", "--profile", profile,
+    cmd = [sys.executable, "-m", "tf_hetero", "demo", "--profile", profile,
            "--epochs", str(epochs), "--steps-per-epoch", str(steps), "--out-dir", out_dir]
     subprocess.run(cmd, env=env, check=True, timeout=1800, stdout=subprocess.DEVNULL)
     with open(os.path.join(out_dir, "demo.json")) as f:
@@ -49,7 +49,7 @@ def rows(profile: str, r: dict, base_ms: float) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from tf_hetero.profile import Profile
+    from tf_hetero.emulation.profile import Profile
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--profiles", default=";;".join(DEFAULT_PROFILES),

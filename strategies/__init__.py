@@ -1,30 +1,33 @@
-"""tf.distribute glue: the strategy, its Extended and coordinator, and the named strategies.
+"""tf.distribute glue: the strategy base, the named strategies, the registry, and the runtime
+(:mod:`tf_hetero.strategies.runtime`) under them.
 
-Re-exported from :mod:`tf_hetero` (``tf_hetero.BSPStrategy`` etc.).
+Re-exported from :mod:`tf_hetero` (``tf_hetero.BSPStrategy`` etc.). Loaded lazily: the
+registry (:mod:`~tf_hetero.strategies.registry`) and the closure tags need no TensorFlow, so
+the CLI's ``--help`` stays quick.
 """
 
 from __future__ import annotations
 
-from tf_hetero.strategies.epsp import EPSPStrategy
-from tf_hetero.strategies.hps import HPSStrategy
-from tf_hetero.strategies.strategy import (ASP, BackupWorkerStrategy, BSPStrategy, EngineConfig,
-                                           HeteroExtended, HeteroStrategy, SSPStrategy)
+import importlib
 
-__all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "ASP", "BSPStrategy",
-           "BackupWorkerStrategy", "SSPStrategy", "EPSPStrategy", "HPSStrategy", "stock_parameter_server_strategy",
-           "ParameterServerError"]
+_EXPORTS = {
+    "HeteroStrategy": "base", "HeteroExtended": "base", "EngineConfig": "base",
+    "ASPStrategy": "presets", "ASP": "presets", "BSPStrategy": "presets",
+    "BackupWorkerStrategy": "presets", "SSPStrategy": "presets",
+    "EPSPStrategy": "epsp", "HPSStrategy": "hps",
+    "ParameterServerError": "runtime.errors",
+}
 
-
-def stock_parameter_server_strategy(cluster_resolver):
-    """TensorFlow's own asynchronous ``tf.distribute.ParameterServerStrategy`` (the reference)."""
-    import tensorflow as tf
-
-    return tf.distribute.ParameterServerStrategy(cluster_resolver)
+__all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-    if name == "ParameterServerError":
-        from tf_hetero.strategies.coordinator import ParameterServerError
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tf_hetero.strategies' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tf_hetero.strategies.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
 
-        return ParameterServerError
-    raise AttributeError(name)
+
+def __dir__():
+    return __all__

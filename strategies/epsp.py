@@ -1,10 +1,11 @@
 """``EPSPStrategy``: elastic-parallelism synchronous parallel with task transfer (Falcon).
 
 The Falcon paper (ICDCS'19) gives the ideas, not the algorithm; this is tf-hetero's design,
-built from the round engine's policies (:mod:`tf_hetero.policies`):
+built from the round engine's policies (:mod:`tf_hetero.policies`) and components
+(:mod:`tf_hetero.engine`):
 
 1. **Straggler projection** (:class:`~tf_hetero.policies.StragglerProjection`): each
-   worker's next task time is projected from its last ``window`` task times (mean and
+   worker's next task time is projected from its last ``window`` task times (median and
    spread, measured on the coordinator); a worker whose projection exceeds
    ``straggler_factor`` x the median projection is a straggler. Every round records the
    projection, the stragglers and the participants (``strategy.monitor.rounds[i].info``;
@@ -18,7 +19,8 @@ built from the round engine's policies (:mod:`tf_hetero.policies`):
    projection improves. The global batch per round stays ``round_tasks`` micro-batches; the
    one exception is a round cut short by slack sync, whose unfinished tasks go back to the
    queue (its update then averages fewer micro-batches).
-3. **Task transfer** (:class:`~tf_hetero.policies.TransferAfter`): when the round has no task
+3. **Task transfer** (:class:`~tf_hetero.engine.TaskTransfer` with
+   :class:`~tf_hetero.policies.TransferAfter`): when the round has no task
    left to hand out, an idle pioneer gets a copy of a task that has run ``transfer_factor`` x
    the typical projected task time; the first copy to finish wins and the other copy's
    gradient is never applied (copies write separate accumulator lanes).
@@ -27,7 +29,8 @@ built from the round engine's policies (:mod:`tf_hetero.policies`):
 5. **Slack sync** (:class:`~tf_hetero.policies.SlackSync`): a round may close when
    ``quorum`` of its tasks are in, or when ``deadline_factor`` x its projected duration has
    passed. Stragglers keep taking part; their late gradients are folded into a later round's
-   update with weight ``1 / (1 + staleness)`` (:class:`~tf_hetero.policies.StalenessWeight`;
+   update with weight ``1 / (1 + staleness)`` (:class:`~tf_hetero.engine.LateFolding` with
+   :class:`~tf_hetero.policies.StalenessWeight`;
    ``late="drop"`` drops them). A worker whose late gradient waits to be folded gets no task
    of a round that would overwrite it (at most one round).
 
@@ -37,7 +40,8 @@ built from the round engine's policies (:mod:`tf_hetero.policies`):
 from __future__ import annotations
 
 from tf_hetero import policies
-from tf_hetero.strategies.strategy import EngineConfig, HeteroStrategy, _engine_kwargs
+from tf_hetero.engine import LateFolding, TaskTransfer
+from tf_hetero.strategies.base import EngineConfig, HeteroStrategy, num_workers
 
 __all__ = ["EPSPStrategy"]
 
@@ -45,31 +49,37 @@ __all__ = ["EPSPStrategy"]
 TICK_S = 0.005
 
 
-def EPSPStrategy(cluster_resolver, variable_partitioner=None, *, sync: str = "enforced",
+class EPSPStrategy(HeteroStrategy):
+    """Elastic-parallelism synchronous parallel (see the module docstring for each argument)."""
+
+    def __init__(self, cluster_resolver, variable_partitioner=None, *, sync: str = "enforced",
                  round_tasks: int | None = None, straggler_factor: float = 1.5,
                  window: int = 8, probe_every: int = 8, transfer_factor: float | None = 1.5,
                  quorum: float = 0.75, deadline_factor: float = 2.0, late: str = "fold",
-                 max_staleness: int = 8, **kwargs) -> HeteroStrategy:
-    """Builds an EPSP strategy (see the module docstring for what each argument does)."""
-    num_workers = len(cluster_resolver.cluster_spec().as_dict().get("worker", ()))
-    if sync not in ("enforced", "slack"):
-        raise ValueError(f"EPSPStrategy(sync={sync!r}): use 'enforced' or 'slack'.")
-    if late not in ("fold", "drop"):
-        raise ValueError(f"EPSPStrategy(late={late!r}): use 'fold' or 'drop'.")
-    round_tasks = num_workers if round_tasks is None else round_tasks
-    if not isinstance(round_tasks, int) or round_tasks < 1:
-        raise ValueError(f"EPSPStrategy(round_tasks={round_tasks!r}): need an integer >= 1 "
-                         f"(default: the number of workers, {num_workers}).")
-    projection = policies.StragglerProjection(window=window, factor=straggler_factor,
-                                              min_samples=min(3, window))
-    slack = sync == "slack"
-    config = EngineConfig(
-        f"epsp-{sync}",
-        sync=policies.SlackSync(quorum, deadline_factor) if slack else policies.AllTasks(),
-        assign=policies.ElasticParallelism(round_tasks, projection, probe_every,
-                                           keep_stragglers=slack),
-        late=policies.StalenessWeight(max_staleness) if slack and late == "fold" else None,
-        transfer=policies.TransferAfter(transfer_factor) if transfer_factor else None,
-        extra_lanes=num_workers if transfer_factor else 0,
-        tick_s=TICK_S, **_engine_kwargs(kwargs))
-    return HeteroStrategy(cluster_resolver, variable_partitioner, config=config, **kwargs)
+                 max_staleness: int = 8, stall_timeout_s: float = 600.0):
+        if sync not in ("enforced", "slack"):
+            raise ValueError(f"EPSPStrategy(sync={sync!r}): use 'enforced' or 'slack'.")
+        if late not in ("fold", "drop"):
+            raise ValueError(f"EPSPStrategy(late={late!r}): use 'fold' or 'drop'.")
+        workers = num_workers(cluster_resolver, "EPSPStrategy")
+        round_tasks = workers if round_tasks is None else round_tasks
+        if not isinstance(round_tasks, int) or round_tasks < 1:
+            raise ValueError(f"EPSPStrategy(round_tasks={round_tasks!r}): need an integer >= 1 "
+                             f"(default: the number of workers, {workers}).")
+        # Every policy is built here, so a bad value fails before connecting to the cluster.
+        projection = policies.StragglerProjection(window=window, factor=straggler_factor,
+                                                  min_samples=min(3, window))
+        slack = sync == "slack"
+        components = []
+        if transfer_factor:
+            components.append(TaskTransfer(policies.TransferAfter(transfer_factor),
+                                           extra_lanes=workers))
+        if slack and late == "fold":
+            components.append(LateFolding(policies.StalenessWeight(max_staleness)))
+        config = EngineConfig(
+            f"epsp-{sync}",
+            sync=policies.SlackSync(quorum, deadline_factor) if slack else policies.AllTasks(),
+            assign=policies.ElasticParallelism(round_tasks, projection, probe_every,
+                                               keep_stragglers=slack),
+            components=tuple(components), tick_s=TICK_S, stall_timeout_s=stall_timeout_s)
+        super().__init__(cluster_resolver, variable_partitioner, config=config)

@@ -1,27 +1,74 @@
-"""Strategies by name, for the CLI, the demo and the benchmark.
+"""Strategies by name, for the CLI, the demo and the benchmark. Each entry owns what the tools
+need to know of its strategy: how to build it, what a number after its name means, and how
+many micro-batches one update averages (the learning-rate rule).
 
 >>> names()
 ['asp', 'backup', 'bsp', 'epsp', 'epspslack', 'hps', 'hpsfp', 'hpsint', 'hpspipe', 'pss', 'ssp']
 >>> parse("backup2"), parse("ssp"), parse("bsp")
 (('backup', 2), ('ssp', 3), ('bsp', None))
+>>> updates_per_round("backup1", 4), updates_per_round("hps", 4)
+(3, 16)
+
+A new strategy is one :func:`register` call (a second registration of a name is refused
+unless ``replace=True``):
+
+>>> register("toy", lambda resolver, arg: None, help="a toy")
+>>> register("toy", lambda resolver, arg: None)
+Traceback (most recent call last):
+...
+ValueError: strategy 'toy' is registered already (a toy). Fix: choose another name, or pass replace=True.
+>>> unregister("toy")
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Callable
 
-__all__ = ["names", "parse", "make", "register", "updates_per_round"]
-
-#: name -> (factory(resolver, arg), default arg, what the arg means)
-_REGISTRY: dict[str, tuple[Callable, int | None, str]] = {}
+__all__ = ["StrategyEntry", "names", "parse", "make", "register", "unregister", "entry",
+           "updates_per_round", "help_text"]
 
 
-def register(name: str, factory: Callable, default_arg: int | None = None, arg: str = "") -> None:
-    """Adds a strategy: ``factory(cluster_resolver, arg)`` builds it; ``NAME<k>`` sets ``arg``."""
+@dataclasses.dataclass(frozen=True)
+class StrategyEntry:
+    """One registered strategy.
+
+    ``create(cluster_resolver, arg)`` builds it; ``arg`` is the number after the name
+    (``default_arg`` without one; ``arg_meaning`` says what it sets, empty: takes none);
+    ``micro_batches_per_update(num_workers, arg)`` is how many micro-batches one update
+    averages (the linear learning-rate rule scales by it)."""
+
+    name: str
+    create: Callable
+    default_arg: int | None = None
+    arg_meaning: str = ""
+    micro_batches_per_update: Callable[[int, int | None], int] = lambda workers, arg: 1
+    help: str = ""
+
+
+_REGISTRY: dict[str, StrategyEntry] = {}
+
+
+def register(name: str, create: Callable, default_arg: int | None = None, arg: str = "", *,
+             updates: Callable[[int, int | None], int] = lambda workers, arg: 1,
+             help: str = "", replace: bool = False) -> None:  # pylint: disable=redefined-builtin
+    """Adds a strategy: ``create(cluster_resolver, arg)`` builds it; ``NAME<k>`` sets ``arg``
+    (its meaning: ``arg``); ``updates(num_workers, arg)``: micro-batches per update."""
     if not re.fullmatch(r"[a-z]+", name):
         raise ValueError(f"strategy name {name!r}: use lowercase letters only.")
-    _REGISTRY[name] = (factory, default_arg, arg)
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"strategy {name!r} is registered already ({_REGISTRY[name].help}). "
+                         "Fix: choose another name, or pass replace=True.")
+    _REGISTRY[name] = StrategyEntry(name, create, default_arg, arg, updates, help)
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def entry(name: str) -> StrategyEntry:
+    return _REGISTRY[name]
 
 
 def parse(spec: str) -> tuple[str, int | None]:
@@ -31,32 +78,22 @@ def parse(spec: str) -> tuple[str, int | None]:
         raise ValueError(f"Unknown strategy {spec!r}. Fix: use one of {', '.join(names())} "
                          "(a number after backup/ssp sets backups/staleness, e.g. backup2, ssp5).")
     name, digits = m.groups()
-    _, default, arg = _REGISTRY[name]
-    if digits and not arg:
+    e = _REGISTRY[name]
+    if digits and not e.arg_meaning:
         raise ValueError(f"Strategy {name!r} takes no number; received {spec!r}.")
-    return name, int(digits) if digits else default
+    return name, int(digits) if digits else e.default_arg
 
 
 def make(spec: str, cluster_resolver):
     """Builds the strategy named by ``spec`` on ``cluster_resolver``."""
     name, arg = parse(spec)
-    return _REGISTRY[name][0](cluster_resolver, arg)
+    return _REGISTRY[name].create(cluster_resolver, arg)
 
 
 def updates_per_round(spec: str, num_workers: int) -> int:
     """Micro-batches averaged into one update (for the linear learning-rate scaling rule)."""
     name, arg = parse(spec)
-    if name == "bsp":
-        return num_workers
-    if name == "backup":
-        return max(1, num_workers - arg)
-    if name.startswith("epsp"):
-        return arg or num_workers
-    if name in ("hps", "hpspipe"):
-        return arg or 4 * num_workers
-    if name.startswith("hps"):
-        return 4 * num_workers
-    return 1
+    return _REGISTRY[name].micro_batches_per_update(num_workers, arg)
 
 
 def names() -> list[str]:
@@ -64,28 +101,55 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def help_text() -> str:
+    """One line per strategy for ``--help``: ``name[ARG]: help``."""
+    return "; ".join(
+        f"{e.name}{'[' + e.arg_meaning + ']' if e.arg_meaning else ''}: {e.help}"
+        for e in (_REGISTRY[n] for n in names()))
+
+
 def _builtin():
-    import tensorflow as tf
+    # Strategy modules import TensorFlow: build lazily, so the CLI's --help stays quick.
+    def preset(cls_name, **fixed):
+        def create(resolver, arg, _fixed=fixed):
+            from tf_hetero import strategies
 
-    from tf_hetero.strategies import strategy as s
+            kwargs = {k: (arg if v is _ARG else v) for k, v in _fixed.items()}
+            return getattr(strategies, cls_name)(resolver, **kwargs)
+        return create
 
-    register("pss", lambda r, _: tf.distribute.ParameterServerStrategy(r))
-    register("asp", lambda r, _: s.ASP(r))
-    register("bsp", lambda r, _: s.BSPStrategy(r))
-    register("backup", lambda r, b: s.BackupWorkerStrategy(r, backups=b), 1, "backups")
-    register("ssp", lambda r, k: s.SSPStrategy(r, staleness=k), 3, "staleness")
-    from tf_hetero.strategies.epsp import EPSPStrategy
+    def stock(resolver, _):
+        import tensorflow as tf
 
-    register("epsp", lambda r, k: EPSPStrategy(r, round_tasks=k), None, "round_tasks")
-    register("epspslack", lambda r, k: EPSPStrategy(r, sync="slack", round_tasks=k), None,
-             "round_tasks")
-    from tf_hetero.strategies.hps import HPSStrategy
+        return tf.distribute.ParameterServerStrategy(resolver)
 
-    register("hps", lambda r, k: HPSStrategy(r, round_tasks=k), None, "round_tasks")
-    register("hpspipe", lambda r, k: HPSStrategy(r, round_tasks=k, pipeline=True), None,
-             "round_tasks")
-    register("hpsint", lambda r, b: HPSStrategy(r, quantize=f"int{b}"), 8, "bits (8 or 4)")
-    register("hpsfp", lambda r, b: HPSStrategy(r, quantize=f"fp{b}"), 16, "bits (16)")
+    def hps_tasks(workers, arg):
+        from tf_hetero.strategies.hps import default_round_tasks
+
+        return arg or default_round_tasks(workers)
+
+    register("pss", stock, help="stock TF ParameterServerStrategy (async reference)")
+    register("asp", preset("ASPStrategy"), help="async, monitored (as stock TF)")
+    register("bsp", preset("BSPStrategy"), updates=lambda n, a: n,
+             help="one task per worker per round, waits for all")
+    register("backup", preset("BackupWorkerStrategy", backups=_ARG), 1, "backups",
+             updates=lambda n, a: max(1, n - a), help="applies the first N-B tasks of a round")
+    register("ssp", preset("SSPStrategy", staleness=_ARG), 3, "staleness",
+             help="async, no worker more than S tasks ahead")
+    register("epsp", preset("EPSPStrategy", round_tasks=_ARG), None, "round_tasks",
+             updates=lambda n, a: a or n, help="EPSP enforced sync, T tasks per round")
+    register("epspslack", preset("EPSPStrategy", sync="slack", round_tasks=_ARG), None,
+             "round_tasks", updates=lambda n, a: a or n, help="EPSP slack sync")
+    register("hps", preset("HPSStrategy", round_tasks=_ARG), None, "round_tasks",
+             updates=hps_tasks, help="H-PS speed-proportional shares, one push per worker")
+    register("hpspipe", preset("HPSStrategy", round_tasks=_ARG, pipeline=True), None,
+             "round_tasks", updates=hps_tasks, help="H-PS with pipelined pushes")
+    register("hpsint", lambda r, b: preset("HPSStrategy", quantize=f"int{b}")(r, None), 8,
+             "bits (8 or 4)", updates=lambda n, a: hps_tasks(n, None),
+             help="H-PS with int8/int4 pushes")
+    register("hpsfp", lambda r, b: preset("HPSStrategy", quantize=f"fp{b}")(r, None), 16,
+             "bits (16)", updates=lambda n, a: hps_tasks(n, None), help="H-PS with fp16 pushes")
 
 
+_ARG = object()  # in preset(): "the number after the name goes here"
 _builtin()

@@ -25,8 +25,8 @@ CLI_TIMEOUT_S = 300
 
 def cli(*args: str, env: dict | None = None, timeout: float = CLI_TIMEOUT_S,
         cwd: str | None = None) -> subprocess.CompletedProcess:
-    """Runs ``python -m tf_hetero.cli ARGS`` and returns the finished process."""
-    return subprocess.run([sys.executable, "-m", "tf_hetero.cli", *args], env=env, cwd=cwd,
+    """Runs ``python -m tf_hetero ARGS`` and returns the finished process."""
+    return subprocess.run([sys.executable, "-m", "tf_hetero", *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
 
 

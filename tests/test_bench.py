@@ -37,7 +37,7 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
 
 
 def test_bench_config_rejects_unknown_strategy_and_adds_the_reference():
-    from tf_hetero.bench import BenchConfig
+    from tf_hetero.tools.bench import BenchConfig
 
     with pytest.raises(ValueError, match=r"^Unknown strategy 'nope'.*Fix: use one of"):
         BenchConfig(strategies=("bsp", "nope"))

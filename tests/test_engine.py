@@ -7,66 +7,21 @@ chosen order, with a fake clock wherever times matter. No TensorFlow cluster is 
 
 from __future__ import annotations
 
-import doctest
 import math
 import random
 import threading
 
 import pytest
 
-from tf_hetero import engine as engine_module
-from tf_hetero import monitor as monitor_module
-from tf_hetero import policies as policies_module
-from tf_hetero.engine import EngineError, Round, RoundEngine, Task
-from tf_hetero.monitor import Monitor
+from tf_hetero.engine import EngineError, Plan, Round, RoundContext, RoundEngine, Task
 from tf_hetero.policies import (AllTasks, Async, FirstK, OnePerIdleWorker, OnePerWorker,
                                 StalenessBound, Unbounded)
+from tf_hetero.telemetry import Monitor
+
+from fakes import FakeClock, FakeDispatcher
 
 
 # --------------------------------------------------------------------------- helpers
-class FakeClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, t: float = 100.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
-
-
-class FakeDispatcher:
-    """Records every call the engine makes to the TF side."""
-
-    def __init__(self):
-        self.calls: list[tuple] = []
-        self.dispatched: list[tuple[Task, int | None, int | None]] = []
-        self.applies: list[tuple[int, dict]] = []
-        self.folds: list[tuple[int, dict]] = []
-        self.cancelled: list[Task] = []
-
-    def dispatch(self, task, worker, round_id):
-        self.calls.append(("dispatch", task.id, worker, round_id))
-        self.dispatched.append((task, worker, round_id))
-
-    def dispatch_apply(self, round_id, lanes, folds):
-        self.calls.append(("apply", round_id, dict(lanes)))
-        self.applies.append((round_id, dict(lanes)))
-        self.folds.append((round_id, dict(folds)))
-
-    def cancel(self, task):
-        self.calls.append(("cancel", task.id))
-        self.cancelled.append(task)
-
-    def tasks_of_round(self, round_id):
-        return [t for t, _, r in self.dispatched if r == round_id]
-
-    def workers_of_round(self, round_id):
-        return [w for _, w, r in self.dispatched if r == round_id]
-
-
 def make(num_workers, sync=None, assign=None, gate=None, *, clock=None, monitor=True):
     clock = clock or FakeClock()
     d = FakeDispatcher()
@@ -356,8 +311,8 @@ def test_backup_lane_still_written_at_close_is_excluded_even_with_a_done_task_on
 class _DoubleBookWorker0:
     """Assignment that gives worker 0 two tasks per round (to test lanes with >1 task)."""
 
-    def plan(self, idle, busy, monitor):
-        return [0, 0, 1]
+    def plan(self, ctx):
+        return Plan([0, 0, 1])
 
 
 def test_round_lane_counts_every_done_task_of_a_worker():
@@ -729,37 +684,37 @@ def _round(num_tasks, num_done, live_workers=0):
 
 
 def test_all_tasks_closes_only_when_every_task_is_done():
-    assert not AllTasks().should_close(_round(3, 2))
-    assert AllTasks().should_close(_round(3, 3))
+    assert not AllTasks().should_close(_round(3, 2), 0.0)
+    assert AllTasks().should_close(_round(3, 3), 0.0)
 
 
 def test_first_k_closes_after_live_workers_minus_backups_tasks():
-    assert not FirstK(1).should_close(_round(4, 2, live_workers=4))
-    assert FirstK(1).should_close(_round(4, 3, live_workers=4))
-    assert FirstK(2).should_close(_round(4, 2, live_workers=4))
+    assert not FirstK(1).should_close(_round(4, 2, live_workers=4), 0.0)
+    assert FirstK(1).should_close(_round(4, 3, live_workers=4), 0.0)
+    assert FirstK(2).should_close(_round(4, 2, live_workers=4), 0.0)
 
 
 def test_first_k_round_smaller_than_needed_waits_for_all_its_tasks():
     # 4 live workers, 1 backup: 3 needed, but the round has only 2 tasks.
-    assert not FirstK(1).should_close(_round(2, 1, live_workers=4))
-    assert FirstK(1).should_close(_round(2, 2, live_workers=4))
+    assert not FirstK(1).should_close(_round(2, 1, live_workers=4), 0.0)
+    assert FirstK(1).should_close(_round(2, 2, live_workers=4), 0.0)
     # No more tasks than backups, and N - b covers them: all are needed.
-    assert not FirstK(2).should_close(_round(2, 1, live_workers=4))
+    assert not FirstK(2).should_close(_round(2, 1, live_workers=4), 0.0)
 
 
 def test_first_k_needs_at_least_one_task_when_backups_cover_all_live_workers():
-    assert not FirstK(3).should_close(_round(2, 0, live_workers=2))
-    assert FirstK(3).should_close(_round(2, 1, live_workers=2))
+    assert not FirstK(3).should_close(_round(2, 0, live_workers=2), 0.0)
+    assert FirstK(3).should_close(_round(2, 1, live_workers=2), 0.0)
 
 
 def test_first_k_without_live_worker_count_uses_the_round_size():
-    assert not FirstK(1).should_close(_round(4, 2))
-    assert FirstK(1).should_close(_round(4, 3))
+    assert not FirstK(1).should_close(_round(4, 2), 0.0)
+    assert FirstK(1).should_close(_round(4, 3), 0.0)
 
 
 def test_assignment_policies_plan_one_task_per_worker():
-    assert OnePerWorker().plan([3, 0], [2], None) == [0, 2, 3]
-    assert OnePerIdleWorker().plan([3, 0], [2], None) == [0, 3]
+    assert OnePerWorker().plan(RoundContext(0, (3, 0), (2,))).entries == [0, 2, 3]
+    assert OnePerIdleWorker().plan(RoundContext(0, (3, 0), (2,))).entries == [0, 3]
 
 
 def test_staleness_bound_allows_exactly_s_ahead_of_the_slowest():
@@ -825,9 +780,9 @@ def test_monitor_summary_fields():
     m.record_task(0, 0.1, 0.4, applied=True, staleness=2, round=1)
     m.record_task(1, 0.0, 0.2, applied=True, staleness=1, round=0)
     m.record_task(1, 0.2, 0.6, applied=False, staleness=7, round=1)
-    m.round(Round(0, [None] * 2, t_open=0.0, t_close=0.2, t_applied=0.25, lanes={0: 1, 1: 1},
+    m.on_round(Round(0, [None] * 2, t_open=0.0, t_close=0.2, t_applied=0.25, lanes={0: 1, 1: 1},
                   applied=2))
-    m.round(Round(1, [None] * 2, t_open=0.25, t_close=0.4, t_applied=0.4, lanes={0: 1},
+    m.on_round(Round(1, [None] * 2, t_open=0.25, t_close=0.4, t_applied=0.4, lanes={0: 1},
                   applied=1))
     s = m.summary()
     assert s["tasks"] == 4 and s["applied_tasks"] == 3 and s["dropped_tasks"] == 1
@@ -851,9 +806,9 @@ def test_monitor_summary_of_nothing():
 
 def test_monitor_mean_round_ignores_rounds_that_applied_nothing():
     m = Monitor(1)
-    m.round(Round(0, [], t_open=0.0, t_close=1.0, t_applied=9.0, applied=0))
+    m.on_round(Round(0, [], t_open=0.0, t_close=1.0, t_applied=9.0, applied=0))
     assert math.isnan(m.summary()["mean_round_ms"]) and m.summary()["rounds"] == 1
-    m.round(Round(1, [], t_open=10.0, t_close=10.5, t_applied=11.0, applied=4))
+    m.on_round(Round(1, [], t_open=10.0, t_close=10.5, t_applied=11.0, applied=4))
     assert m.summary()["mean_round_ms"] == pytest.approx(1000.0)
 
 
@@ -862,8 +817,8 @@ def test_monitor_summary_since_keeps_records_that_ended_after_it():
     m.record_task(0, 0.0, 1.0, applied=True, staleness=5)
     m.record_task(1, 1.0, 2.0, applied=True, staleness=1)
     m.record_task(0, 1.5, 3.0, applied=False, staleness=0)
-    m.round(Round(0, [], t_open=0.0, t_close=1.0, t_applied=1.2, applied=1))
-    m.round(Round(1, [], t_open=1.2, t_close=2.5, t_applied=3.0, applied=2))
+    m.on_round(Round(0, [], t_open=0.0, t_close=1.0, t_applied=1.2, applied=1))
+    m.on_round(Round(1, [], t_open=1.2, t_close=2.5, t_applied=3.0, applied=2))
     s = m.summary(since=2.0)
     assert (s["tasks"], s["applied_tasks"], s["dropped_tasks"], s["rounds"]) == (2, 1, 1, 1)
     assert s["max_staleness"] == 1
@@ -872,22 +827,25 @@ def test_monitor_summary_since_keeps_records_that_ended_after_it():
     assert m.summary()["tasks"] == 3 and m.summary(since=10.0)["tasks"] == 0
 
 
-def test_monitor_ewma_is_nan_before_the_first_task_then_weights_the_newest_by_alpha():
+def test_monitor_ewma_leaves_out_the_warm_up_task_then_weights_the_newest_by_alpha():
     m = Monitor(2, ewma_alpha=0.3)
     assert math.isnan(m.ewma_s(0))
     m.record_task(0, 0.0, 1.0, applied=True, staleness=0)
-    assert m.ewma_s(0) == 1.0
+    assert m.ewma_s(0) == 1.0  # only the warm-up (tracing) task is known
     m.record_task(0, 1.0, 3.0, applied=True, staleness=0)
-    assert m.ewma_s(0) == pytest.approx(0.3 * 2.0 + 0.7 * 1.0)  # 1.3
+    assert m.ewma_s(0) == 2.0  # the warm-up task is left out once another is known
+    m.record_task(0, 3.0, 7.0, applied=True, staleness=0)
+    assert m.ewma_s(0) == pytest.approx(0.3 * 4.0 + 0.7 * 2.0)  # 2.6
     assert math.isnan(m.ewma_s(1))
-    assert m.durations(0) == [1.0, 2.0] and m.durations(1) == []
+    assert m.durations(0) == [1.0, 2.0, 4.0] and m.durations(1) == []
 
 
 def test_monitor_ewma_alpha_one_keeps_only_the_newest_task():
     m = Monitor(1, ewma_alpha=1)
     m.record_task(0, 0.0, 1.0, applied=True, staleness=0)
     m.record_task(0, 1.0, 1.25, applied=True, staleness=0)
-    assert m.ewma_s(0) == 0.25
+    m.record_task(0, 1.25, 1.75, applied=True, staleness=0)
+    assert m.ewma_s(0) == 0.5
 
 
 @pytest.mark.parametrize("alpha", [0, -0.5, 1.01, 2])
@@ -918,7 +876,7 @@ def test_monitor_is_fed_by_the_engine():
 
 def test_monitor_events_use_its_clock():
     m = Monitor(1, clock=FakeClock(7.0))
-    m.event("something", worker=0)
+    m.on_event("something", worker=0)
     assert m.events == [(7.0, "something", {"worker": 0})]
 
 
@@ -938,7 +896,7 @@ def test_monitor_is_thread_safe():
 
     def rounds():
         for i in range(200):
-            m.round(Round(i, [], t_open=0.0, t_close=0.1, t_applied=0.2, applied=1))
+            m.on_round(Round(i, [], t_open=0.0, t_close=0.1, t_applied=0.2, applied=1))
 
     threads = [threading.Thread(target=record, args=(w,)) for w in range(4)]
     threads.append(threading.Thread(target=rounds))
@@ -953,8 +911,79 @@ def test_monitor_is_thread_safe():
     assert all(m.ewma_s(w) == pytest.approx(0.5) for w in range(4))
 
 
-# -------------------------------------------------------------------------- doctests
-@pytest.mark.parametrize("module", [engine_module, policies_module, monitor_module])
-def test_module_doctests_pass(module):
-    result = doctest.testmod(module)
-    assert result.attempted > 0 and result.failed == 0
+# ------------------------------------------------------------------------ round books
+def two_books(**kw):
+    """Workers {0, 1} and {2, 3}: two groups, each with BSP rounds of its own."""
+    clock = FakeClock()
+    d = FakeDispatcher()
+    e = RoundEngine(4, dispatcher=d, clock=clock, monitor=Monitor(4, clock=clock),
+                    books=[((0, 1), AllTasks(), OnePerWorker()),
+                           ((2, 3), AllTasks(), OnePerWorker())], **kw)
+    return e, d
+
+
+def test_books_close_and_apply_their_rounds_independently():
+    e, d = two_books()
+    tasks = [e.submit(i) for i in range(4)]
+    assert [(r.book, sorted(t.pinned for t in r.tasks)) for r in e.rounds] == [(0, [0, 1]),
+                                                                            (1, [2, 3])]
+    run(e, tasks[0]), run(e, tasks[1])  # book 0's round closes; book 1's stays open
+    assert d.applies == [(0, {0: 1, 1: 1})] and not e.rounds[1].closed
+    more = [e.submit(i) for i in range(2)]  # book 0 waits for its apply, book 1 is busy
+    assert len(e.rounds) == 2
+    run(e, tasks[2]), run(e, tasks[3])  # both books now have a round applying at once
+    assert d.applies[-1] == (1, {2: 1, 3: 1})
+    e.apply_finished(1, 2)  # book 1's apply finishes first: its next round takes the tasks
+    assert [(r.book, r.slot) for r in e.rounds] == [(0, 0), (1, 0), (1, 1)]
+    assert sorted(t.pinned for t in more) == [2, 3]
+    e.apply_finished(0, 2)
+    for t in more:
+        run(e, t)
+    e.apply_finished(2, 2)
+    assert e.idle() and e.version == 3
+
+
+def test_books_must_partition_the_workers():
+    with pytest.raises(ValueError, match=r"worker\(s\) \[1\] in two books"):
+        RoundEngine(3, dispatcher=FakeDispatcher(),
+                    books=[((0, 1), AllTasks(), OnePerWorker()),
+                           ((1, 2), AllTasks(), OnePerWorker())])
+    with pytest.raises(ValueError, match=r"workers \[2\] are in no book"):
+        RoundEngine(3, dispatcher=FakeDispatcher(),
+                    books=[((0, 1), AllTasks(), OnePerWorker())])
+
+
+def test_random_interleavings_of_two_books_apply_every_task_exactly_once():
+    for seed in range(20):
+        rng = random.Random(seed)
+        e, d = two_books()
+        submitted, applied_rounds = 0, set()
+        for _ in range(10_000):
+            started = [t for t, w, _ in d.dispatched if t.state == "dispatched"]
+            applying = [b.applying for b in e.books if b.applying is not None
+                        and b.applying.id not in applied_rounds]
+            actions = (["submit"] if submitted < 40 else []) + ["run"] * len(started) + \
+                ["apply"] * len(applying)
+            if not actions:
+                if e.idle():
+                    break
+                e.flush()
+                continue
+            action = rng.choice(actions)
+            if action == "submit":
+                e.submit(submitted)
+                submitted += 1
+            elif action == "run":
+                run(e, rng.choice(started))
+            else:
+                rnd = rng.choice(applying)
+                applied_rounds.add(rnd.id)
+                e.apply_finished(rnd.id, sum(rnd.lanes.values()))
+        assert e.idle()
+        tasks = [t for r in e.rounds for t in r.tasks]
+        assert len(tasks) == len({id(t) for t in tasks}) == 40
+        assert all(t.state == "done" for t in tasks)
+        for b in (0, 1):  # a book's rounds alternate slots, whatever the other book does
+            slots = [r.slot for r in e.rounds if r.book == b]
+            assert slots == [i % 2 for i in range(len(slots))]
+        assert sum(r.applied for r in e.rounds) == 40

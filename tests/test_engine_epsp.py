@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tf_hetero.engine import RoundEngine
-from tf_hetero.monitor import Monitor
+from tf_hetero.engine import LateFolding, RoundEngine, TaskTransfer
 from tf_hetero.policies import (AllTasks, ElasticParallelism, SlackSync, StalenessWeight,
                                 StragglerProjection, TransferAfter)
+from tf_hetero.telemetry import Monitor
 
-from test_engine import FakeClock, FakeDispatcher
-
-
-class Dispatcher(FakeDispatcher):
-    def duplicate(self, task):
-        return ("copy-of", task.payload)
+from fakes import FakeClock, FakeDispatcher as Dispatcher
 
 
 def epsp(n=3, tasks=3, slack=False, late=None, transfer=None, history=None):
@@ -27,9 +22,15 @@ def epsp(n=3, tasks=3, slack=False, late=None, transfer=None, history=None):
             m.record_task(w, 0.0, seconds, True, 0)
     assign = ElasticParallelism(tasks, StragglerProjection(window=4), probe_every=100,
                                 keep_stragglers=slack)
+    components = [TaskTransfer(transfer, extra_lanes=n)] if transfer else []
+    components += [LateFolding(late)] if late else []
     e = RoundEngine(n, SlackSync(0.6) if slack else AllTasks(), assign, d, monitor=m,
-                    clock=clock, late=late, transfer=transfer, extra_lanes=n)
+                    clock=clock, components=components)
     return e, d, m, clock
+
+
+def _folding(e):
+    return next(c for c in e.components if isinstance(c, LateFolding))
 
 
 def finish(e, clock, task, worker, dt=0.1):
@@ -96,7 +97,7 @@ def test_slack_round_closes_at_its_quorum_and_folds_the_late_gradient_later():
     assert e.rounds[0].closed and e.rounds[0].lanes == {0: 1, 1: 1}
     e.apply_finished(0, 2)
     e.task_finished(t[2], 2)  # late: held for a fold; worker 2 gets no task of slot 0 now
-    assert t[2].state == "late" and (2, 0) in e._folds
+    assert t[2].state == "late" and (2, 0) in _folding(e).waiting
     r1 = e.rounds[1]
     for task in r1.tasks:
         finish(e, clock, task, task.pinned)
@@ -114,7 +115,7 @@ def test_late_gradients_are_dropped_without_a_late_policy():
     e.task_finished(t[0], 0)
     e.task_finished(t[1], 1)
     e.task_finished(t[2], 2)
-    assert t[2].state == "dropped" and not e._folds
+    assert t[2].state == "dropped" and not any(isinstance(c, LateFolding) and c.waiting for c in e.components)
 
 
 def test_a_fold_waiting_at_the_end_gets_a_fold_only_round():

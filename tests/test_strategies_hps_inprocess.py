@@ -155,7 +155,7 @@ def test_quantized_pushes_shrink_bytes_and_stay_close_to_fp32(cluster, codec, at
     _assert_equals_large_batch_sgd(model, engine, x, y, atol=atol)
     # Bytes per push are the encoded payload's (the ratios for a large tensor are in
     # test_engine_hps.py; this 39-parameter model pays a 4-byte scale per tensor).
-    wire = sum(tf_hetero.quantize.get(codec).payload_bytes(w.size) for w in model.get_weights())
+    wire = sum(tf_hetero.strategies.runtime.quantize.get(codec).payload_bytes(w.size) for w in model.get_weights())
     assert strategy.monitor.bytes_per_push == wire < sum(4 * w.size for w in model.get_weights())
     assert strategy.monitor.summary()["pushes"] == per_round + N * (rounds - 1)
 

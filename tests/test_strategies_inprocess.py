@@ -175,7 +175,7 @@ def test_ssp_keeps_every_worker_within_the_staleness_bound(cluster):
 def test_asp_applies_each_task_at_once_and_records_staleness(cluster):
     import tf_hetero
 
-    strategy = tf_hetero.ASP(cluster.resolver)
+    strategy = tf_hetero.ASPStrategy(cluster.resolver)
     model, _ = _fit_with_profile(cluster, strategy, "slow=2:3;base_ms=20", steps=30)
     summary = strategy.monitor.summary()
     assert summary["tasks"] == summary["applied_tasks"] == 30

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 import threading
 import types
 
 import pytest
 
-from tf_hetero import tasklog
-from tf_hetero.tasklog import TaskLog, TaskRecord, WorkerStats, measured_ratios
+from tf_hetero.telemetry import TaskLog, TaskRecord, WorkerStats, measured_ratios
 
 
 def log_of(*records):
@@ -193,9 +191,12 @@ def test_attach_skips_a_strategys_round_applies_and_drains():
     coordinator = fake_coordinator(1)
     log = TaskLog().attach(coordinator)
     worker = coordinator._cluster.workers[0]
-    apply = types.SimpleNamespace(_tf_hetero_apply=(0, None))
-    drain = types.SimpleNamespace(_tf_hetero_task=types.SimpleNamespace(drain=True))
-    step = types.SimpleNamespace(_tf_hetero_task=types.SimpleNamespace(drain=False))
+    from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag
+
+    apply, drain, step = (types.SimpleNamespace() for _ in range(3))
+    set_tag(apply, ClosureTag(ClosureKind.APPLY, round_id=0))
+    set_tag(drain, ClosureTag(ClosureKind.TASK, task=types.SimpleNamespace(drain=True)))
+    set_tag(step, ClosureTag(ClosureKind.TASK, task=types.SimpleNamespace(drain=False)))
     for closure in (apply, drain, step):
         worker._process_closure(closure)
     assert log.counts(1) == [1]  # only the training step
@@ -259,8 +260,3 @@ def test_reattach_after_detach_records_again():
     log.attach(coordinator)
     coordinator._cluster.workers[0]._process_closure("x")
     assert len(log) == 1
-
-
-def test_docstring_examples_hold():
-    results = doctest.testmod(tasklog)
-    assert results.attempted > 0 and results.failed == 0

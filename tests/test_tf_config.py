@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import doctest
 import json
 import re
 
 import pytest
 
-from tf_hetero import tf_config
-from tf_hetero.tf_config import (
+from tf_hetero.cluster.tf_config import (
     TaskSpec,
     TFConfig,
     TFConfigError,
@@ -562,8 +560,3 @@ def test_validate_cluster_returns_tuples_and_uses_the_given_name_in_errors():
         validate_cluster(cluster_with(ps=None), name="local cluster")
     with pytest.raises(TFConfigError, match=message('cluster["worker"] is "localhost:2223" (a string)', "Fix:")):
         validate_cluster(cluster_with(worker="localhost:2223"), name="cluster")
-
-
-def test_module_docstring_examples_run():
-    results = doctest.testmod(tf_config)
-    assert results.attempted > 0 and results.failed == 0

@@ -3,15 +3,18 @@
 The public API, re-exported here (loaded lazily, so ``import tf_hetero`` is quick and the pure
 modules work without importing TensorFlow):
 
-- cluster launch: :class:`LocalCluster`, :func:`run`, :func:`serve`, :func:`cluster_resolver`,
-  :func:`parse_tf_config`, :class:`TFConfigError`
-- heterogeneity emulation: :class:`Profile`, :func:`emulate`
-- strategies: :class:`HeteroStrategy` and the presets :func:`ASP`, :func:`BSPStrategy`,
-  :func:`BackupWorkerStrategy`, :func:`SSPStrategy`, :func:`EPSPStrategy` (Falcon),
-  :func:`HPSStrategy` (H-PS)
-- measurement and progress: :class:`Monitor`, :class:`MonitorLogs`, :class:`TaskLog`,
-  :class:`Progress`
-- subpackages: :mod:`tf_hetero.models`, :mod:`tf_hetero.strategies`, :mod:`tf_hetero.data`
+- cluster launch (:mod:`tf_hetero.cluster`): :class:`LocalCluster`, :func:`run`,
+  :func:`serve`, :func:`cluster_resolver`, :func:`parse_tf_config`, :class:`TFConfigError`
+- heterogeneity emulation (:mod:`tf_hetero.emulation`): :class:`Profile`, :func:`emulate`
+- strategies (:mod:`tf_hetero.strategies`): :class:`HeteroStrategy` and the named strategies
+  :class:`ASPStrategy`, :class:`BSPStrategy`, :class:`BackupWorkerStrategy`,
+  :class:`SSPStrategy`, :class:`EPSPStrategy` (Falcon), :class:`HPSStrategy` (H-PS)
+- measurement (:mod:`tf_hetero.telemetry`) and Keras callbacks (:mod:`tf_hetero.callbacks`):
+  :class:`Monitor`, :class:`TaskLog`, :class:`MonitorLogs`, :class:`Progress`
+- the pure layers: :mod:`tf_hetero.engine` (round engine and its contracts),
+  :mod:`tf_hetero.policies`
+- subpackages: :mod:`tf_hetero.models`, :mod:`tf_hetero.data`; commands live in
+  :mod:`tf_hetero.tools` (not part of the library API)
 
 >>> import tf_hetero
 >>> tf_hetero.Profile.parse("slow=1:4").constant_slowdowns(2)
@@ -25,23 +28,24 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "LocalCluster": "tf_hetero.cluster",
-    "ClusterStartError": "tf_hetero.cluster",
-    "run": "tf_hetero.launch",
-    "serve": "tf_hetero.launch",
-    "cluster_resolver": "tf_hetero.launch",
-    "parse_tf_config": "tf_hetero.tf_config",
-    "TFConfig": "tf_hetero.tf_config",
-    "TFConfigError": "tf_hetero.tf_config",
-    "Profile": "tf_hetero.profile",
-    "ProfileError": "tf_hetero.profile",
-    "emulate": "tf_hetero.emulation",
-    "TaskLog": "tf_hetero.tasklog",
-    "Progress": "tf_hetero.progress",
-    "MonitorLogs": "tf_hetero.progress",
-    "Monitor": "tf_hetero.monitor",
+    "LocalCluster": "tf_hetero.cluster.local",
+    "ClusterStartError": "tf_hetero.cluster.local",
+    "run": "tf_hetero.cluster.roles",
+    "serve": "tf_hetero.cluster.roles",
+    "cluster_resolver": "tf_hetero.cluster.roles",
+    "parse_tf_config": "tf_hetero.cluster.tf_config",
+    "TFConfig": "tf_hetero.cluster.tf_config",
+    "TFConfigError": "tf_hetero.cluster.tf_config",
+    "Profile": "tf_hetero.emulation.profile",
+    "ProfileError": "tf_hetero.emulation.profile",
+    "emulate": "tf_hetero.emulation.device",
+    "TaskLog": "tf_hetero.telemetry.tasklog",
+    "Progress": "tf_hetero.callbacks",
+    "MonitorLogs": "tf_hetero.callbacks",
+    "Monitor": "tf_hetero.telemetry.monitor",
     "HeteroStrategy": "tf_hetero.strategies",
     "EngineConfig": "tf_hetero.strategies",
+    "ASPStrategy": "tf_hetero.strategies",
     "ASP": "tf_hetero.strategies",
     "BSPStrategy": "tf_hetero.strategies",
     "BackupWorkerStrategy": "tf_hetero.strategies",
@@ -50,7 +54,8 @@ _EXPORTS = {
     "HPSStrategy": "tf_hetero.strategies",
     "ParameterServerError": "tf_hetero.strategies",
 }
-_SUBPACKAGES = ("models", "strategies", "data", "metrics", "quantize")
+_SUBPACKAGES = ("models", "strategies", "data", "engine", "policies", "telemetry", "cluster",
+                "emulation", "callbacks")
 
 __all__ = sorted(_EXPORTS) + list(_SUBPACKAGES) + ["__version__"]
 

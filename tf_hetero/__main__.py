@@ -1,3 +1,3 @@
-from tf_hetero.cli import main
+from tf_hetero.tools.cli import main
 
 raise SystemExit(main())

@@ -10,7 +10,7 @@
 >>> model.fit(tf_keras.utils.experimental.DatasetCreator(train_fn),
 ...           epochs=2, steps_per_epoch=50)
 
-Inside a PS cluster the ``InputContext`` cannot tell workers apart (TF_INTERNALS.md), so the
+Inside a PS cluster the ``InputContext`` cannot tell workers apart (docs/TF_INTERNALS.md), so the
 function shards by ``experimental_get_current_worker_index()``: each worker reads its own
 1/num_workers of the training set, reshuffled on every pass.
 """

@@ -15,7 +15,7 @@ Per strategy (JSON keys):
 
 - ``samples_per_sec``: applied samples / span of the training tasks (first start to last end);
   dropped tasks (backup workers) are not counted;
-- ``efficiency``: ``samples_per_sec`` / ideal (:mod:`tf_hetero.metrics`);
+- ``efficiency``: ``samples_per_sec`` / ideal (:mod:`tf_hetero.telemetry.perf`);
 - ``time_to_target_s``: seconds from the first task until the held-out accuracy, sampled
   every ``eval_interval_s`` from the chief while training runs, first reaches the target
   (``null`` if never);
@@ -35,8 +35,8 @@ import time
 
 import numpy as np
 
-from tf_hetero import metrics
-from tf_hetero.profile import Profile
+from tf_hetero.telemetry import perf as metrics
+from tf_hetero.emulation.profile import Profile
 
 __all__ = ["BenchConfig", "run_bench", "format_table"]
 
@@ -119,10 +119,9 @@ class _AccuracySampler:
 
 
 def _task_records(strategy, task_log):
-    """(worker, start, end, applied) for every training task of the run."""
-    if task_log is not None:  # stock PSS
-        return [(r.worker, r.start, r.end, True) for r in task_log.records]
-    return [(t.worker, t.start, t.end, t.applied) for t in strategy.monitor.tasks]
+    """The :class:`~tf_hetero.telemetry.TaskRecord` of every training task of the run: from
+    the task log for stock PSS (all applied), from the monitor for tf-hetero strategies."""
+    return task_log.records if task_log is not None else list(strategy.monitor.tasks)
 
 
 def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict:
@@ -132,7 +131,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
     import tf_hetero
     from tf_hetero import data, models
     from tf_hetero.strategies import registry
-    from tf_hetero.tasklog import TaskLog
+    from tf_hetero.telemetry.tasklog import TaskLog
 
     train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
     strategy = registry.make(spec, cluster.resolver)
@@ -164,9 +163,9 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
     sampler.samples.append((time.perf_counter() - t0, final))
 
     records = _task_records(strategy, task_log)
-    first_start = min(r[1] for r in records)
-    span = max(r[2] for r in records) - first_start
-    applied = sum(r[3] for r in records)
+    first_start = min(r.start for r in records)
+    span = max(r.end for r in records) - first_start
+    applied = sum(r.applied for r in records)
     ideal = metrics.ideal_samples_per_sec(cfg.batch_size, profile.base_ms,
                                           profile.expected_slowdowns(cfg.workers))
     sps = applied * k * cfg.batch_size / span
@@ -202,9 +201,10 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
         "task_span_s": span,
         "learning_rate": cfg.base_lr * per_update,
         **engine_figures,
-        "tasks_per_worker": [sum(r[0] == w for r in records) for w in range(cfg.workers)],
+        "tasks_per_worker": [sum(r.worker == w for r in records) for w in range(cfg.workers)],
         "accuracy_curve": [(t - offset, a) for t, a in sampler.samples],
-        "timeline": [(w, s - first_start, e - first_start, a) for w, s, e, a in records],
+        "timeline": [(r.worker, r.start - first_start, r.end - first_start, r.applied)
+                     for r in records],
     }
     return result
 

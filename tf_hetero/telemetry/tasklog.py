@@ -24,18 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
+from tf_hetero.telemetry.records import TaskRecord
+
 __all__ = ["TaskLog", "TaskRecord", "WorkerStats", "measured_ratios"]
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskRecord:
-    worker: int
-    start: float  # time.perf_counter() seconds
-    end: float
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,12 +39,6 @@ class WorkerStats:
     busy_s: float
 
 
-def _engine_internal(closure) -> bool:
-    """A round's apply or a push-only drain of a tf-hetero strategy: not a training step."""
-    task = getattr(closure, "_tf_hetero_task", None)
-    return hasattr(closure, "_tf_hetero_apply") or bool(getattr(task, "drain", False))
-
-
 class TaskLog:
     """Thread-safe record of finished tasks. Attach it to a coordinator to fill it."""
 
@@ -63,6 +48,13 @@ class TaskLog:
         self._lock = threading.Lock()
         self._records: list[TaskRecord] = []
         self.t0 = time.perf_counter()
+
+    @classmethod
+    def from_records(cls, records) -> "TaskLog":
+        """A log holding ``records`` (e.g. a monitor's :class:`TaskRecord` list)."""
+        log = cls()
+        log._records = list(records)
+        return log
 
     def record(self, worker: int, start: float, end: float) -> None:
         with self._lock:
@@ -82,6 +74,8 @@ class TaskLog:
 
         Several logs may be attached to one coordinator; each worker is wrapped once.
         """
+        from tf_hetero.strategies.runtime.tags import tag_of
+
         for worker in coordinator._cluster.workers:  # pylint: disable=protected-access
             logs = getattr(worker, self._MARK, None)
             if logs is None:
@@ -95,7 +89,8 @@ class TaskLog:
                         return _original(closure)
                     finally:
                         end = time.perf_counter()
-                        if not _engine_internal(closure):
+                        tag = tag_of(closure)
+                        if tag is None or not tag.internal:  # not an apply or a drain
                             for task_log in list(_logs):
                                 task_log.record(_worker.worker_index, start, end)
 

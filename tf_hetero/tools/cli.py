@@ -53,16 +53,11 @@ def _exit_without_tf_teardown(code: int):
 
 
 def cmd_launch(args) -> int:
-    from tf_hetero.launch import serve
-    from tf_hetero.tf_config import parse_tf_config
+    from tf_hetero.cluster.roles import serve_unless_chief
+    from tf_hetero.cluster.tf_config import parse_tf_config
 
-    config = parse_tf_config()
-    role = config.task.role
-    if role in ("worker", "ps"):
-        _exit_without_tf_teardown(serve(config))  # a TF server cannot be stopped
-    if role == "evaluator":
-        print("tf-hetero: TF_CONFIG task type 'evaluator' is accepted but not used for training "
-              "by tf-hetero; exiting.", flush=True)
+    # A TF server cannot be stopped: a worker or ps exits without TF's teardown.
+    if not serve_unless_chief(parse_tf_config(), _exit_without_tf_teardown):
         return 0
     cmd = _command(args)
     if not cmd:
@@ -76,7 +71,7 @@ def cmd_launch(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from tf_hetero.cluster import LocalCluster, _die_with_parent
+    from tf_hetero.cluster.local import LocalCluster, die_with_parent
 
     cmd = _command(args)
     if not cmd:
@@ -104,7 +99,7 @@ def cmd_run(args) -> int:
               f"{' '.join(cmd)}", flush=True)
         try:
             program = subprocess.Popen(cmd, env=cluster.chief_env(), start_new_session=True,
-                                       preexec_fn=_die_with_parent)
+                                       preexec_fn=die_with_parent)
         except FileNotFoundError:
             raise _UsageError(f"training program {cmd[0]!r} not found.") from None
         forwarded_at = None
@@ -147,7 +142,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 def cmd_demo(args) -> int:
-    from tf_hetero.demo import DemoConfig, run_demo
+    from tf_hetero.tools.demo import DemoConfig, run_demo
 
     try:
         cfg = DemoConfig(workers=args.workers, ps=args.ps, profile=args.profile,
@@ -162,7 +157,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from tf_hetero.bench import BenchConfig, run_bench
+    from tf_hetero.tools.bench import BenchConfig, run_bench
 
     try:
         cfg = BenchConfig(strategies=tuple(args.strategies.split(",")), workers=args.workers,
@@ -178,12 +173,12 @@ def cmd_bench(args) -> int:
     _exit_without_tf_teardown(0)
 
 
-#: The strategy names of the demo and the benchmark (tf_hetero.strategies.registry).
-STRATEGY_HELP = ("pss (stock TF), asp, bsp, backup[B], ssp[S], epsp[T], epspslack[T], hps[T], "
-                 "hpspipe[T], hpsint8, hpsint4, hpsfp16 (T: tasks per round)")
-
-
 def _parser() -> argparse.ArgumentParser:
+    from tf_hetero import models  # pure imports: --help loads no TensorFlow
+    from tf_hetero.strategies import registry
+
+    strategy_help = ("a registered name, a number after it sets its [argument]: "
+                     + registry.help_text())
     p = argparse.ArgumentParser(prog="tf-hetero", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -207,8 +202,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--ps", type=int, default=2)
     demo.add_argument("--profile", default="slow=3:4")
     demo.add_argument("--strategy", default="pss",
-                      help=STRATEGY_HELP)
-    demo.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+                      help=strategy_help)
+    demo.add_argument("--model", default="mlp", choices=sorted(models.MODELS))
     demo.add_argument("--epochs", type=int, default=4)
     demo.add_argument("--steps-per-epoch", type=int, default=100)
     demo.add_argument("--batch-size", type=int, default=32)
@@ -219,11 +214,11 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="strategies side by side on one local cluster")
     bench.add_argument("--strategies", default="pss,asp,bsp,backup,ssp",
-                       help="comma-separated: " + STRATEGY_HELP + " (pss is always run)")
+                       help="comma-separated (pss is always run); " + strategy_help)
     bench.add_argument("--workers", type=int, default=4)
     bench.add_argument("--ps", type=int, default=2)
     bench.add_argument("--profile", default="slow=3:4")
-    bench.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    bench.add_argument("--model", default="mlp", choices=sorted(models.MODELS))
     bench.add_argument("--tasks", type=int, default=400, help="sample budget in micro-batches")
     bench.add_argument("--steps-per-epoch", type=int, default=100)
     bench.add_argument("--batch-size", type=int, default=32)
@@ -244,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     # TensorFlow's C++ INFO/WARNING lines (CUDA probing, oneDNN notes) drown the output of a
     # CPU cluster; errors still show. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tf_hetero.profile import ProfileError
-    from tf_hetero.tf_config import TFConfigError
+    from tf_hetero.emulation.profile import ProfileError
+    from tf_hetero.cluster.tf_config import TFConfigError
 
     try:
         return args.fn(args) or 0

@@ -293,7 +293,7 @@ class Profile:
                     link if isinstance(link, (list, tuple)) else [link]))
         except (KeyError, TypeError, AttributeError) as e:
             raise ProfileError(f"Profile in {source} is malformed near {e!s}; see the JSON layout "
-                               "in the tf_hetero.profile docstring.") from None
+                               "in the tf_hetero.emulation.profile docstring.") from None
         return cls(**fields)
 
     @classmethod

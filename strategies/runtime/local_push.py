@@ -1,7 +1,7 @@
 """Local accumulation on the workers and one (optionally quantized) push per worker per round.
 
 Used by :class:`tf_hetero.HPSStrategy`. Instead of writing every micro-batch's gradient to
-the PS (:class:`~tf_hetero.strategies.accumulate.Accumulators`), a task adds it to a
+the PS (:class:`~tf_hetero.strategies.runtime.accumulate.Accumulators`), a task adds it to a
 *buffer* on its own worker (per-worker variables: they live on the worker, so this moves no
 bytes), and only the tasks the engine flags push the buffer to the worker's PS lane:
 
@@ -12,14 +12,14 @@ bytes), and only the tasks the engine flags push the buffer to the worker's PS l
   dependency on the compute, so TF runs both at once -- then the buffer holds only the new
   gradient. Rounds then apply gradients one round old (staleness 1).
 
-A push encodes ``buffer (+ gradient) + residual`` with a :mod:`tf_hetero.quantize` codec on
+A push encodes ``buffer (+ gradient) + residual`` with a :mod:`tf_hetero.strategies.runtime.quantize` codec on
 the worker and decodes it on the PS (the decode op is placed on the PS device, so the
 payload is what crosses the network); the residual keeps what the codec lost (error
 feedback). With an emulated link (profile ``link=``), the push waits
 ``payload bytes x us/byte`` on the worker before its bytes leave it; in strict mode after
-the task's emulated compute time (:func:`tf_hetero.emulation.finish_compute`).
+the task's emulated compute time (:func:`tf_hetero.emulation.device.finish_compute`).
 
-Per-worker variables cannot be read inside ``tf.cond`` (TF_INTERNALS.md): buffers are read
+Per-worker variables cannot be read inside ``tf.cond`` (docs/TF_INTERNALS.md): buffers are read
 and written outside control flow with masks; only the PS writes sit in a ``tf.cond``.
 """
 
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tf_hetero import quantize
-from tf_hetero.emulation import finish_compute, sleep_op
+from tf_hetero.emulation.device import finish_compute, sleep_op
 from tf_hetero.engine import PUSH_ALL, PUSH_OLD
-from tf_hetero.strategies.accumulate import _dense, current_worker, decode_code
+from tf_hetero.strategies.runtime import quantize
+from tf_hetero.strategies.runtime.accumulate import current_worker, decode_code, dense
 
 __all__ = ["LocalBuffers"]
 
@@ -74,7 +74,7 @@ class LocalBuffers:
         """In a task: buffer this micro-batch's gradient; push if the code's flags say so."""
         grads = [None] * len(self.sums)
         for g, v in grads_and_vars:
-            grads[self.acc._index[v.ref()]] = tf.cast(_dense(g), self.sums[0].dtype)  # pylint: disable=protected-access
+            grads[self.acc.index_of(v)] = tf.cast(dense(g), self.sums[0].dtype)
         grads = [tf.zeros_like(s) if g is None else g for g, s in zip(grads, self.sums)]
         return self._step(grads, code, drain=False)
 
@@ -83,7 +83,7 @@ class LocalBuffers:
         return self._step([tf.zeros_like(s) for s in self.sums], code, drain=True)
 
     def _step(self, grads, code, drain: bool):
-        round_id, flags, _ = decode_code(code)
+        round_id, slot, flags, _ = decode_code(code)
         valid = code >= 0
         push_all = valid & (tf.bitwise.bitwise_and(flags, PUSH_ALL) > 0)
         push_old = valid & (tf.bitwise.bitwise_and(flags, PUSH_OLD) > 0) & ~push_all
@@ -93,16 +93,16 @@ class LocalBuffers:
         residuals = [r.read_value() for r in self.residuals]  # empty unless lossy
 
         # PUSH_OLD first, and independent of this task's gradient: it overlaps the compute.
+        where = (round_id, slot, worker)
         pushed_old, residuals = self._maybe_push(push_old & (count > 0), sums, residuals,
-                                                 round_id, worker, count, None)
+                                                 where, count, None)
         # PUSH_ALL after the compute (and, under emulation, after its emulated time).
         new_count = count + (0 if drain else 1)
         total = [s + g for s, g in zip(sums, grads)]
         done = None if drain else finish_compute(grads)
         with tf.control_dependencies([pushed_old]):  # one PS lane write at a time
             pushed_all, residuals = self._maybe_push(push_all & (new_count > 0), total,
-                                                     residuals, round_id, worker, new_count,
-                                                     done)
+                                                     residuals, where, new_count, done)
 
         # Buffers: masks, not control flow (per-worker variables cannot be read in a cond).
         keep = ~valid
@@ -119,14 +119,14 @@ class LocalBuffers:
         with tf.control_dependencies(updates + [pushed_all]):
             return tf.identity(pushed_old | pushed_all)
 
-    def _maybe_push(self, pred, values, residuals, round_id, worker, micro_batches, after):
+    def _maybe_push(self, pred, values, residuals, where, micro_batches, after):
         """If ``pred``: encode ``values`` (+ residuals) and push them. Encoding happens inside
         the branch, so a task that does not push does not quantize. Returns ``(pushed,
         residuals after)`` (the residuals are unchanged when nothing was pushed)."""
 
         def push():
             payloads, new_residuals = self._encode(values, residuals)
-            return (self._push(payloads, round_id, worker, micro_batches, after),
+            return (self._push(payloads, where, micro_batches, after),
                     *new_residuals)
 
         out = tf.cond(pred, push, lambda: (tf.constant(False), *residuals))
@@ -143,8 +143,10 @@ class LocalBuffers:
             res.append(new_r)
         return out, res
 
-    def _push(self, payloads, round_id, worker, micro_batches, after):
-        """The PS write of one push (inside a ``tf.cond`` branch)."""
+    def _push(self, payloads, where, micro_batches, after):
+        """The PS write of one push (inside a ``tf.cond`` branch) to ``where``: (round, slot,
+        lane)."""
+        round_id, slot, worker = where
         deps = [] if after is None else [after]
         if self.emulated_link:  # the bytes leave the worker once its link has carried them
             with tf.control_dependencies(deps + [p for ps in payloads for p in ps]):
@@ -154,4 +156,4 @@ class LocalBuffers:
         shapes = [v.shape for v in self.acc.variables]
         values = {i: (lambda p=p, shape=shape: self.codec.decode(p, shape))
                   for i, (p, shape) in enumerate(zip(payloads, shapes))}
-        return self.acc.write(values, round_id, worker, micro_batches)
+        return self.acc.write(values, round_id, slot, worker, micro_batches)

@@ -13,7 +13,7 @@ CPU: four to eight emulated devices behave like separate machines even on two co
 step's real compute counts toward its emulated time, so measured task-time ratios match the
 configured ones as long as ``base_ms`` exceeds the real step time (~10-30 ms here).
 
-The worker's task counter (``t`` in :mod:`tf_hetero.profile`) is a per-worker variable, so
+The worker's task counter (``t`` in :mod:`tf_hetero.emulation.profile`) is a per-worker variable, so
 transient stragglers and step changes follow each worker's own task sequence.
 
 Example (on a cluster; see :class:`tf_hetero.LocalCluster`)::
@@ -34,9 +34,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.data.experimental.ops import testing as _data_testing
 
-from tf_hetero.profile import Profile
+from tf_hetero.emulation.profile import Profile
 
-__all__ = ["emulate", "EmulatedDevice", "sleep_op", "finish_compute", "link_us_per_byte"]
+__all__ = ["emulate", "EmulatedDevice", "sleep_op", "finish_compute"]
 
 _trace = threading.local()  # the emulated step being traced: (start, budget_us, sleeps)
 
@@ -58,11 +58,6 @@ def finish_compute(after) -> "tf.Tensor | None":
     return slept
 
 
-def link_us_per_byte(strategy) -> "tuple[float, ...] | None":
-    """The emulated link delays :func:`emulate` registered on ``strategy`` (None: no link)."""
-    return getattr(strategy, "_tf_hetero_link_us_per_byte", None)
-
-
 def sleep_op(microseconds: tf.Tensor) -> tf.Tensor:
     """An op that blocks the current device for ``microseconds`` (int64 scalar tensor).
 
@@ -77,7 +72,7 @@ def sleep_op(microseconds: tf.Tensor) -> tf.Tensor:
 
 
 class EmulatedDevice:
-    """The per-worker state and in-graph formula of a :class:`~tf_hetero.profile.Profile`.
+    """The per-worker state and in-graph formula of a :class:`~tf_hetero.emulation.profile.Profile`.
 
     Create it under ``strategy.scope()`` (it owns a per-worker task counter).
     """
@@ -163,8 +158,8 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
     with strategy.scope():
         device = EmulatedDevice(profile, num_workers)
     model.train_step = device.wrap(model.train_step)
-    if profile.link_mbps:  # read by strategies that push over the emulated link
-        strategy._tf_hetero_link_us_per_byte = profile.link_us_per_byte(num_workers)  # pylint: disable=protected-access
+    if profile.link_mbps:  # read by strategies that push over the emulated link (H-PS)
+        strategy.link_us_per_byte = profile.link_us_per_byte(num_workers)
     # A function traced before the wrap would not sleep: retrace on the next fit.
     model.train_function = None
     model._tf_hetero_device = device  # keeps the counter alive with the model

@@ -1,4 +1,4 @@
-"""Cluster performance arithmetic (DESIGN.md, "How performance is measured"). Pure Python.
+"""Cluster performance arithmetic (docs/MEASUREMENT.md). Pure Python.
 
 - *Capacity* of worker i = micro-batch / emulated time of one task on i.
 - *Ideal cluster throughput* = sum of capacities.

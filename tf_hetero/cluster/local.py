@@ -28,8 +28,8 @@ import tempfile
 import time
 from typing import Mapping, Sequence
 
-from tf_hetero.profile import PROFILE_ENV, Profile
-from tf_hetero.tf_config import make_tf_config, validate_cluster
+from tf_hetero.emulation.profile import PROFILE_ENV, Profile
+from tf_hetero.cluster.tf_config import make_tf_config, validate_cluster
 
 __all__ = ["LocalCluster", "ClusterStartError", "pick_ports"]
 
@@ -56,7 +56,7 @@ def pick_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     return ports
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     PR_SET_PDEATHSIG = 1
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -75,7 +75,7 @@ class LocalCluster:
       num_workers: worker tasks (>= 1).
       num_ps: parameter-server tasks (>= 1).
       profile: heterogeneity profile (inline spec, JSON path, dict or
-        :class:`~tf_hetero.profile.Profile`) for :func:`tf_hetero.emulate`; exported to the
+        :class:`~tf_hetero.emulation.profile.Profile`) for :func:`tf_hetero.emulate`; exported to the
         chief program as ``TF_HETERO_PROFILE`` by :meth:`chief_env`.
       processes: one OS process per server (``True``) or servers inside this process.
       start_timeout: seconds to wait for every server to listen before giving up.
@@ -224,9 +224,9 @@ class LocalCluster:
         log = open(self.log_path(role, index), "ab")
         try:
             self._procs[(role, index)] = subprocess.Popen(
-                [sys.executable, "-m", "tf_hetero.cli", "launch"], env=env,
+                [sys.executable, "-m", "tf_hetero", "launch"], env=env,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=True, preexec_fn=die_with_parent)
         finally:
             log.close()
 
@@ -264,7 +264,7 @@ class LocalCluster:
 
         spec = tf.train.ClusterSpec(self.cluster_spec)
         worker_config = tf.compat.v1.ConfigProto()
-        # Without this an in-process cluster hangs on a 2-core machine (TF_INTERNALS.md):
+        # Without this an in-process cluster hangs on a 2-core machine (docs/TF_INTERNALS.md):
         # each worker needs an inter-op thread of its own, plus one.
         worker_config.inter_op_parallelism_threads = self.num_workers + 1
         for i in range(self.num_workers):

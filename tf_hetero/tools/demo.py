@@ -6,7 +6,7 @@ four times slower by default), trains a reference model on the offline digits da
 measured slowdown ratio next to the configured one), samples/s, cluster efficiency and test
 accuracy. Writes ``demo.png`` (task timeline, tasks per worker) and ``demo.json``.
 
->>> from tf_hetero.demo import DemoConfig, run_demo                   # doctest: +SKIP
+>>> from tf_hetero.tools.demo import DemoConfig, run_demo                   # doctest: +SKIP
 >>> result = run_demo(DemoConfig(epochs=1, steps_per_epoch=20))
 """
 
@@ -19,9 +19,9 @@ import time
 
 import numpy as np
 
-from tf_hetero import metrics
-from tf_hetero.profile import Profile
-from tf_hetero.tasklog import TaskLog, measured_ratios
+from tf_hetero.telemetry import perf as metrics
+from tf_hetero.emulation.profile import Profile
+from tf_hetero.telemetry.tasklog import TaskLog, measured_ratios
 
 __all__ = ["DemoConfig", "DemoResult", "run_demo", "train", "measure", "format_report", "plot"]
 
@@ -112,9 +112,7 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
     fit_wall = time.perf_counter() - t0
     task_log.detach()
     if hetero:
-        task_log = TaskLog()
-        for t in strategy.monitor.tasks:
-            task_log.record(t.worker, t.start, t.end)
+        task_log = TaskLog.from_records(strategy.monitor.tasks)
 
     logits = model(test_split.x, training=False).numpy()
     accuracy = float(np.mean(np.argmax(logits, axis=1) == test_split.y))

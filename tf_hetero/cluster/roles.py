@@ -13,7 +13,7 @@ Every process of a cluster runs the same program; ``TF_CONFIG`` says what it is:
 ...     ...                                             # build, compile, model.fit
 >>> tf_hetero.run(main)                                 # serves on workers/ps, trains on chief
 
-TF_CONFIG is validated (:mod:`tf_hetero.tf_config`) before any server starts.
+TF_CONFIG is validated (:mod:`tf_hetero.cluster.tf_config`) before any server starts.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import sys
 import threading
 from typing import Callable, TypeVar
 
-from tf_hetero.tf_config import TFConfig, parse_tf_config
+from tf_hetero.cluster.tf_config import TFConfig, parse_tf_config
 
-__all__ = ["serve", "run", "cluster_resolver"]
+__all__ = ["serve", "run", "cluster_resolver", "serve_unless_chief"]
 
 log = logging.getLogger("tf_hetero")
 T = TypeVar("T")
@@ -74,17 +74,25 @@ def cluster_resolver(config: TFConfig | None = None):
     return tf.distribute.cluster_resolver.TFConfigClusterResolver()
 
 
+def serve_unless_chief(config: TFConfig, exit: Callable[[int], None]) -> bool:  # pylint: disable=redefined-builtin
+    """The one role dispatch (``tf-hetero launch`` and :func:`run`): a worker or ps task
+    serves, then calls ``exit(code)``; an evaluator is reported unused (False); the chief
+    gets True and runs the training program."""
+    if config.task.role in ("worker", "ps"):
+        exit(serve(config))
+    if config.task.role == "evaluator":
+        print("tf-hetero: TF_CONFIG task type 'evaluator' is accepted but not used for "
+              "training by tf-hetero; nothing to do.", flush=True)
+        return False
+    return True
+
+
 def run(main: Callable[..., T], *args, **kwargs) -> T | None:
     """Runs ``main(*args, **kwargs)`` on the chief; serves (and exits) on workers and PS.
 
     On a worker or ps task this never returns: the process exits when it is told to stop.
     On an evaluator it prints that evaluators are not used and returns ``None``.
     """
-    config = parse_tf_config()
-    if config.task.role in ("worker", "ps"):
-        sys.exit(serve(config))
-    if config.task.role == "evaluator":
-        print("tf-hetero: TF_CONFIG task type 'evaluator' is accepted but not used for "
-              "training by tf-hetero; nothing to do.", flush=True)
+    if not serve_unless_chief(parse_tf_config(), sys.exit):
         return None
     return main(*args, **kwargs)

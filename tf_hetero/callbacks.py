@@ -2,7 +2,7 @@
 
 tf_keras refuses ``verbose=1`` (the progress bar) under a PS strategy: batch-level callbacks
 would block the coordinator on remote values. :class:`Progress` instead counts tasks as the
-coordinator's worker threads finish them (a :class:`~tf_hetero.tasklog.TaskLog`) and prints a
+coordinator's worker threads finish them (a :class:`~tf_hetero.telemetry.TaskLog`) and prints a
 line from a background thread every ``interval_s`` seconds, plus one line per epoch with the
 epoch's logs::
 
@@ -23,7 +23,7 @@ import time
 
 import tf_keras as keras
 
-from tf_hetero.tasklog import TaskLog
+from tf_hetero.telemetry.tasklog import TaskLog
 
 __all__ = ["Progress", "MonitorLogs"]
 

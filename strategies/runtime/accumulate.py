@@ -1,6 +1,7 @@
 """PS-resident gradient accumulators and the trace-time switch that fills them.
 
-How a synchronous round works (TF glue; the round logic itself is in :mod:`tf_hetero.engine`):
+How a synchronous round works (TF glue; the round logic itself is in :mod:`tf_hetero.engine`;
+the life of a step is drawn in docs/ARCHITECTURE.md):
 
 1. While the round engine traces a training task, :func:`accumulating` replaces
    ``apply_gradients`` of every tf_keras optimizer class (new and legacy) with one that adds
@@ -8,12 +9,13 @@ How a synchronous round works (TF glue; the round logic itself is in :mod:`tf_he
    else the optimizer does runs in a task: no learning-rate step, no clipping, no weight decay,
    no EMA, no ``iterations`` increment. Those happen once per round, in step 3.
 2. Accumulators live on the PS task of their variable (colocated), one *lane* per worker and
-   two *slots* (round parity): ``acc[slot, lane]``. A task of round ``r`` running on worker
-   ``w`` writes only ``acc[r % 2, w]``; the first of its tasks in round ``r`` overwrites the
+   two *slots* (a book's rounds alternate them): ``acc[slot, lane]``. A task of round ``r``
+   (slot ``s``) running on worker ``w`` writes only ``acc[s, w]``; the first of its tasks in round ``r`` overwrites the
    lane (its tag says it held an older round), later ones add. Only worker ``w`` writes lane
    ``w``, one closure at a time, so lanes need no locks, and a late task of a closed round
    writes a lane the round's apply no longer reads: late gradients never leak into another
-   round. (The engine never lets a worker run round ``r + 2`` before round ``r`` is applied.)
+   round. (The engine never lets a worker run its book's round after next before a round
+   is applied.)
 3. The round's apply (:meth:`Accumulators.make_apply_fn`, scheduled like any task) sums the
    lanes the engine includes, divides by the number of micro-batches in them and calls the
    user's real ``optimizer.apply_gradients`` once: numerically one large-batch step. It can
@@ -33,36 +35,46 @@ import threading
 
 import tensorflow as tf
 
-__all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "LANE_CODE"]
+__all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "decode_code",
+           "LANE_CODE", "NO_ROUND", "dense", "current_worker", "patch_lock"]
 
-#: A task's code packs its round, its push flags (local accumulation, see
-#: :mod:`tf_hetero.strategies.local_push`) and, optionally, the lane it writes:
-#: ``code = (round * PUSH_CODE + push) * LANE_CODE + lane + 1`` (``+ 0``: the lane of the
-#: worker that runs it). A negative code writes nothing (its round closed before it started).
+#: A task's code packs its round, its accumulator slot, its push flags (local accumulation,
+#: see :mod:`tf_hetero.strategies.runtime.local_push`) and, optionally, the lane it writes:
+#: ``code = ((round * 2 + slot) * PUSH_CODE + push) * LANE_CODE + lane + 1`` (``+ 0``: the
+#: lane of the worker that runs it). A negative code writes nothing (its round closed before
+#: it started).
 LANE_CODE = 1024
 PUSH_CODE = 4
+#: The code of a task whose round closed before it started: it writes nothing.
+NO_ROUND = -1
 
 
-def task_code(round_id: int, lane: int | None = None, push: int = 0) -> int:
-    """The task code of a task of ``round_id`` (``-1``: writes nothing).
+def task_code(round_id: int, lane: int | None = None, push: int = 0,
+              slot: int | None = None) -> int:
+    """The task code of a task of ``round_id`` (``-1``: writes nothing). ``slot`` is the
+    round's accumulator slot (its book alternates them; default ``round_id % 2``).
 
-    >>> task_code(3), task_code(3, lane=5), task_code(3, push=2), task_code(-1)
-    (12288, 12294, 14336, -1)
+    >>> task_code(3), task_code(3, lane=5), task_code(3, push=2), task_code(3, slot=0)
+    (28672, 28678, 30720, 24576)
+    >>> task_code(-1)
+    -1
     """
     if round_id < 0:
-        return -1
-    return (round_id * PUSH_CODE + push) * LANE_CODE + (0 if lane is None else lane + 1)
+        return NO_ROUND
+    slot = round_id % 2 if slot is None else slot
+    return ((round_id * 2 + slot) * PUSH_CODE + push) * LANE_CODE + (0 if lane is None else lane + 1)
 
 
 def decode_code(code: tf.Tensor):
-    """In a task: ``(round, push flags, lane)`` of an int64 task code (lane -1: the running
-    worker's own)."""
-    round_id = tf.math.floordiv(code, LANE_CODE * PUSH_CODE)
+    """In a task: ``(round, slot, push flags, lane)`` of an int64 task code (lane -1: the
+    running worker's own)."""
+    round_slot = tf.math.floordiv(code, LANE_CODE * PUSH_CODE)
     push = tf.math.floormod(tf.math.floordiv(code, LANE_CODE), PUSH_CODE)
-    return round_id, push, tf.math.floormod(code, LANE_CODE) - 1
+    return (tf.math.floordiv(round_slot, 2), tf.math.floormod(round_slot, 2), push,
+            tf.math.floormod(code, LANE_CODE) - 1)
 
 _state = threading.local()
-_patch_lock = threading.RLock()
+patch_lock = threading.RLock()
 
 
 def optimizer_classes() -> list[type]:
@@ -99,7 +111,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
         with tf.control_dependencies([acc.accumulate(grads_and_vars, code)]):
             return tf.identity(iterations)  # no increment: iterations counts rounds
 
-    with _patch_lock:
+    with patch_lock:
         classes = optimizer_classes()
         originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
         try:
@@ -116,15 +128,18 @@ def current_worker() -> tf.Tensor:
     return tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.int64)
 
 
-def _dense(g):
+def dense(g):
+    """A dense tensor of gradient ``g`` (IndexedSlices are densified)."""
     return tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
 
 
 class Accumulators:
-    """Per-variable ``[2, num_workers, *shape]`` accumulators on the variable's PS task.
+    """Per-variable ``[2 slots, num_lanes, *shape]`` accumulators on the variable's PS task
+    (lanes 0..N-1 are the workers'; more lanes take transferred copies).
 
-    Build it under ``strategy.scope()``. ``tags[w, slot]`` is the round whose gradients lane
-    ``w`` of ``slot`` holds, ``counts[w, slot]`` how many micro-batches it summed.
+    Build it under ``strategy.scope()`` or while a step is traced. ``tags[lane, slot]`` is
+    the round whose gradients the lane holds in that slot, ``counts[lane, slot]`` how many
+    micro-batches it summed.
     """
 
     def __init__(self, strategy, variables, num_workers: int, num_lanes: int | None = None):
@@ -157,27 +172,30 @@ class Accumulators:
     def covers(self, variables) -> bool:
         return all(v.ref() in self._index for v in variables)
 
+    def index_of(self, variable) -> int:
+        """Position of ``variable`` among the accumulated variables."""
+        return self._index[variable.ref()]
+
     def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
         """In a task: add this micro-batch's gradients to its lane of its round's slot.
 
         ``code`` is :func:`task_code` (round and lane); a negative code marks a task whose
         round closed before it started: it writes nothing.
         """
-        round_id, _, lane = decode_code(code)
+        round_id, slot, _, lane = decode_code(code)
         lane = tf.where(lane >= 0, lane, current_worker())
-        values = {self._index[v.ref()]: (lambda g=_dense(g): g) for g, v in grads_and_vars}
-        return tf.cond(code >= 0, lambda: self.write(values, round_id, lane, 1),
+        values = {self._index[v.ref()]: (lambda g=dense(g): g) for g, v in grads_and_vars}
+        return tf.cond(code >= 0, lambda: self.write(values, round_id, slot, lane, 1),
                        lambda: tf.constant(False))
 
-    def write(self, values: dict, round_id, lane, micro_batches) -> tf.Tensor:
-        """Adds gradients to ``lane`` of ``round_id``'s slot (the first write of a round
+    def write(self, values: dict, round_id, slot, lane, micro_batches) -> tf.Tensor:
+        """Adds gradients to ``lane`` of ``slot`` for ``round_id`` (the first write of a round
         overwrites what the lane held) and ``micro_batches`` to its count.
 
         ``values[i]`` is a callable that makes variable ``i``'s gradient; it is called under
         the accumulator's PS device, so whatever it reads from the worker (e.g. a quantized
         payload it decodes) is what crosses the network.
         """
-        slot = round_id % 2
         tag = tf.gather_nd(self.tags, [[lane, slot]])[0]
         fresh = tf.not_equal(tag, round_id)
         idx = tf.stack([slot, lane])[None]

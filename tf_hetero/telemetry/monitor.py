@@ -1,9 +1,11 @@
 """What the engine did: per-worker task times, rounds, staleness, bytes pushed.
 
-The :class:`Monitor` is fed by the round engine (and, for the async ``ASP`` preset, by the
-coordinator's worker threads); policies read it (``ewma_s``, ``durations``), the Keras callback
-:class:`tf_hetero.progress.MonitorLogs` copies an epoch summary into the epoch's logs (so ``TensorBoard`` placed
-after it plots them), and the benchmark reads :meth:`Monitor.summary`.
+The :class:`Monitor` is fed by the round engine through its hooks ``on_task``, ``on_round``
+and ``on_event`` (and, for the async ``ASP`` preset, by the coordinator's worker threads
+through ``record_task``); policies read it (``durations``, ``ewma_s``), the Keras callback
+:class:`tf_hetero.callbacks.MonitorLogs` copies an epoch summary into the epoch's logs (so
+``TensorBoard`` placed after it plots them), and the benchmark reads :meth:`Monitor.summary`.
+Policies with figures of their own add them with :meth:`Monitor.add_summary`.
 
 >>> m = Monitor(2, bytes_per_push=1000)
 >>> m.record_task(worker=0, start=0.0, end=0.1, applied=True, staleness=0)
@@ -21,40 +23,18 @@ import time
 
 import numpy as np
 
+from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time
+from tf_hetero.telemetry.records import RoundRecord, TaskRecord
+
 __all__ = ["Monitor", "RoundRecord", "TaskRecord"]
 
 
-@dataclasses.dataclass(frozen=True)
-class TaskRecord:
-    worker: int
-    start: float
-    end: float
-    applied: bool
-    staleness: int
-    round: int | None = None
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-
-@dataclasses.dataclass(frozen=True)
-class RoundRecord:
-    id: int
-    t_open: float
-    t_close: float
-    t_applied: float
-    tasks: int
-    lanes: dict
-    applied: int  # micro-batches the apply reported
-    info: dict = dataclasses.field(default_factory=dict)  # policy decisions (EPSP projection)
-    folds: dict = dataclasses.field(default_factory=dict)  # late lanes folded in: weight
-
-
 class Monitor:
-    """Thread-safe record of tasks, rounds and events. ``ewma_alpha`` weights the newest task."""
+    """Thread-safe record of tasks, rounds and events. ``ewma_alpha`` weights the newest task
+    in :meth:`ewma_s` (the estimator of :mod:`tf_hetero.policies.estimate`)."""
 
-    def __init__(self, num_workers: int, *, ewma_alpha: float = 0.3, bytes_per_push: int = 0,
+    def __init__(self, num_workers: int, *, ewma_alpha: float = DEFAULT_ALPHA,
+                 bytes_per_push: int = 0,
                  clock=time.perf_counter):
         if not 0 < ewma_alpha <= 1:
             raise ValueError(f"ewma_alpha={ewma_alpha!r}: need 0 < alpha <= 1.")
@@ -66,7 +46,8 @@ class Monitor:
         self.tasks: list[TaskRecord] = []
         self.rounds: list[RoundRecord] = []
         self.events: list[tuple] = []
-        self._ewma = [float("nan")] * num_workers
+        self._durations: list[list[float]] = [[] for _ in range(num_workers)]  # per worker
+        self._summaries: list = []
         self.t0 = clock()
         # Local accumulation (H-PS) pushes once per worker per round, not once per task:
         # then bytes are counted per push (times of the pushes).
@@ -77,22 +58,19 @@ class Monitor:
                     staleness: int, round: int | None = None) -> None:
         with self._lock:
             self.tasks.append(TaskRecord(worker, start, end, applied, staleness, round))
-            d = end - start
-            old = self._ewma[worker]
-            self._ewma[worker] = d if np.isnan(old) else (
-                self.ewma_alpha * d + (1 - self.ewma_alpha) * old)
+            self._durations[worker].append(end - start)
 
-    def task(self, task, applied: bool, staleness: int) -> None:
-        """Engine hook: a :class:`~tf_hetero.engine.Task` finished."""
+    def on_task(self, task, applied: bool, staleness: int) -> None:
+        """Engine hook: a :class:`~tf_hetero.engine.Task` finished (applied or dropped)."""
         self.record_task(task.worker, task.t_start, task.t_end, applied, staleness, task.round)
 
-    def round(self, rnd) -> None:
-        """Engine hook: a round was applied (or closed empty)."""
+    def on_round(self, rnd) -> None:
+        """Engine hook: a :class:`~tf_hetero.engine.Round` was applied (or closed empty)."""
         with self._lock:
             self.rounds.append(RoundRecord(
                 rnd.id, rnd.t_open, rnd.t_close, rnd.t_applied, len(rnd.tasks), dict(rnd.lanes),
-                rnd.applied, dict(getattr(rnd, "info", {}) or {}),
-                {k: w for k, (_, w) in (getattr(rnd, "folds", {}) or {}).items()}))
+                rnd.applied, dict(rnd.info), {k: w for k, (_, w) in rnd.folds.items()},
+                str(rnd.kind), rnd.book))
 
     def record_push(self, t: float | None = None) -> None:
         """One push of ``bytes_per_push`` bytes (local accumulation) finished."""
@@ -101,19 +79,24 @@ class Monitor:
                 self.push_times = []
             self.push_times.append(self.clock() if t is None else t)
 
-    def event(self, name: str, **fields) -> None:
+    def add_summary(self, fn) -> None:
+        """Adds ``fn(rounds, num_workers) -> dict`` to :meth:`summary` (a policy's figures)."""
+        self._summaries.append(fn)
+
+    def on_event(self, name: str, **fields) -> None:
+        """Engine hook: something else happened (a transfer, a worker failed or came back)."""
         with self._lock:
             self.events.append((self.clock(), name, fields))
 
     # ------------------------------------------------------------------ queries
     def ewma_s(self, worker: int) -> float:
         """Smoothed task time of ``worker`` in seconds (NaN before its first task)."""
-        with self._lock:
-            return self._ewma[worker]
+        return smoothed_time(self.durations(worker), self.ewma_alpha)
 
     def durations(self, worker: int) -> list[float]:
+        """Durations of ``worker``'s finished tasks, oldest first."""
         with self._lock:
-            return [t.duration for t in self.tasks if t.worker == worker]
+            return list(self._durations[worker])
 
     def snapshot(self) -> tuple[list[TaskRecord], list[RoundRecord]]:
         with self._lock:
@@ -130,8 +113,7 @@ class Monitor:
         per_worker = [[t.duration for t in tasks if t.worker == w] for w in range(self.num_workers)]
         stale = [t.staleness for t in tasks if t.applied]
         # Rounds of training tasks (not the push-only or fold-only rounds that end an epoch).
-        round_s = [r.t_applied - r.t_open for r in rounds if r.applied > 0
-                   and not (r.info.get("drain") or r.info.get("fold_only"))]
+        round_s = [r.t_applied - r.t_open for r in rounds if r.applied > 0 and r.training]
         out = {
             "tasks": len(tasks),
             "applied_tasks": sum(t.applied for t in tasks),
@@ -145,14 +127,9 @@ class Monitor:
         out["pushes"] = len(tasks) if pushes is None else len(pushes)
         out["bytes_pushed"] = out["pushes"] * self.bytes_per_push
         out["folded_lanes"] = sum(len(r.folds) for r in rounds)
-        projected = [r.info["projection"] for r in rounds if "projection" in r.info]
         for w, d in enumerate(per_worker):
             out[f"worker{w}_tasks"] = len(d)
             out[f"worker{w}_median_ms"] = 1e3 * float(np.median(d)) if d else float("nan")
-            if projected:  # EPSP: why a worker sat out rounds
-                out[f"worker{w}_projected_ms"] = 1e3 * projected[-1].get(w, (float("nan"),))[0]
-                out[f"worker{w}_straggler_rounds"] = sum(w in r.info.get("stragglers", ())
-                                                        for r in rounds)
-                out[f"worker{w}_rounds_taking_part"] = sum(
-                    w in r.info.get("participants", ()) for r in rounds)
+        for fn in self._summaries:
+            out.update(fn(rounds, self.num_workers))
         return out

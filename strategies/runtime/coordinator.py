@@ -1,0 +1,160 @@
+"""``HeteroCoordinator``: the ``ClusterCoordinator`` that feeds ``model.fit``'s tasks (and a
+custom training loop's) to the round engine. Wiring only; the work is done by
+
+- :mod:`~tf_hetero.strategies.runtime.tracing` -- is a scheduled function a training step,
+  and its accumulating variant;
+- :mod:`~tf_hetero.strategies.runtime.dispatcher` -- the engine's Dispatcher: closures on
+  TF's queues, round applies;
+- :mod:`~tf_hetero.strategies.runtime.workers` -- worker-thread hooks (start, finish,
+  failure, recovery);
+- :mod:`~tf_hetero.strategies.runtime.watchdog` -- bounded waits and the engine ticker.
+
+TF caches one coordinator per strategy and re-runs ``__init__`` on every
+``ClusterCoordinator(strategy)`` call, so ``__init__`` returns early once initialised.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import tensorflow as tf
+from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+from tf_hetero.engine import RoundEngine
+from tf_hetero.strategies.runtime import watchdog, workers
+from tf_hetero.strategies.runtime.accumulate import NO_ROUND, patch_lock
+from tf_hetero.strategies.runtime.dispatcher import ClosureDispatcher
+from tf_hetero.strategies.runtime.errors import ParameterServerError, translate, translated
+from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag
+from tf_hetero.strategies.runtime.tracing import StepTracer
+
+__all__ = ["HeteroCoordinator", "ParameterServerError"]
+
+
+class HeteroCoordinator(cc.ClusterCoordinator):
+    """The strategy's coordinator: ``schedule``/``join``/``done`` as stock TF, with training
+    steps going through the round engine (``None`` when the config needs none: ASP)."""
+
+    def __init__(self, strategy):
+        if getattr(self, "_has_initialized", False):
+            return
+        super().__init__(strategy)
+        self.config = strategy.config
+        self.monitor = strategy.monitor
+        self.engine: RoundEngine | None = None
+        self._code_tensors: dict[int, tf.Tensor] = {}
+        if self.config.uses_engine:
+            self.engine = RoundEngine(
+                strategy.extended._num_workers, self.config.sync, self.config.assign,  # pylint: disable=protected-access
+                gate=self.config.gate, monitor=self.monitor, components=self.config.components)
+        self.tracer = StepTracer(self)
+        self.dispatcher = ClosureDispatcher(self, self.tracer)
+        if self.engine is not None:
+            self.engine.dispatcher = self.dispatcher
+            if self.config.tick_s:  # deadlines and task transfer need time to pass
+                watchdog.start_ticker(self, self.config.tick_s)
+        workers.instrument(self)
+
+    # ------------------------------------------------------------ public API
+    def schedule(self, fn, args=None, kwargs=None):
+        entry = self.tracer.entry(fn, args or (), kwargs or {})
+        if not entry.is_train:
+            return translated(super().schedule, fn, args=args, kwargs=kwargs)
+        if self.engine is None:  # ASP: exactly what stock TF does, plus a tag for the monitor
+            closure = self.closure(fn, args, kwargs)
+            set_tag(closure, ClosureTag(ClosureKind.ASYNC))
+            remote_value = closure.build_output_remote_value()
+            translated(self._cluster.closure_queue.put, closure)
+            return remote_value
+        self.dispatcher.last_accumulators = entry.accumulators
+        if self.engine.rounds_mode:
+            source = (entry.accumulate_fn, (self.code_tensor(NO_ROUND),) + tuple(args or ()),
+                      kwargs)
+        else:
+            source = (fn, args, kwargs)
+        closure = self.dispatcher.task_closure(source)
+        remote_value = closure.build_output_remote_value()
+        self._make_fetch_start_rounds(remote_value)
+        try:
+            self.engine.submit(closure)  # dispatch() attaches the engine's Task to the closure
+        except Exception as e:  # pylint: disable=broad-except
+            self._error_reached_user()
+            raise translate(e) from e
+        return remote_value
+
+    def join(self):
+        try:
+            if self.engine is not None:
+                watchdog.wait_bounded(self, lambda: self.engine.wait_idle(timeout=1.0))
+            translated(super().join)
+        except Exception:
+            self._error_reached_user()
+            raise
+
+    def done(self):
+        """As stock TF's ``done``, and it lets a partial round start: a custom training loop
+        that polls ``done()`` instead of calling ``join()`` must see its steps finish."""
+        try:
+            if self.engine is not None:
+                self.engine.flush()
+                self.engine.raise_if_error()
+                if not self.engine.idle():
+                    return False
+            return translated(super().done)
+        except Exception:
+            self._error_reached_user()
+            raise
+
+    # ------------------------------------------------------- for the runtime
+    def closure(self, fn, args, kwargs):
+        """A TF closure of ``fn`` (traced now, under the strategy, as ``schedule`` would)."""
+        with self.strategy.scope():
+            self.strategy.extended._being_scheduled = True  # pylint: disable=protected-access
+            try:
+                with patch_lock:
+                    return cc.Closure(fn, self._cluster.closure_queue._cancellation_mgr,  # pylint: disable=protected-access
+                                      args=args, kwargs=kwargs)
+            finally:
+                self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
+
+    def code_tensor(self, code: int) -> tf.Tensor:
+        """The int64 tensor of a task code (:func:`task_code`); NO_ROUND's is cached."""
+        t = self._code_tensors.get(code)
+        if t is None:
+            t = tf.constant(code, tf.int64)
+            if code < 0:
+                self._code_tensors[code] = t
+        return t
+
+    # --------------------------------------------------------------- internals
+    def _make_fetch_start_rounds(self, remote_value) -> None:
+        """``fetch()``/``get()`` of a step's result first lets its round start (a round waits
+        for enough steps, which a custom loop that fetches each step never schedules), then
+        waits with the stall bound instead of forever."""
+        original = remote_value._wait_and_maybe_error  # pylint: disable=protected-access
+        ready = remote_value._status_available_event  # pylint: disable=protected-access
+        coordinator = weakref.ref(self)
+
+        def wait_and_maybe_error():
+            this = coordinator()
+            if this is not None and not ready.is_set():
+                this.engine.flush()
+                try:
+                    watchdog.wait_bounded(this, lambda: ready.wait(1.0))
+                except Exception:
+                    this._error_reached_user()  # pylint: disable=protected-access
+                    raise
+            original()
+
+        remote_value._wait_and_maybe_error = wait_and_maybe_error  # pylint: disable=protected-access
+
+    def _error_reached_user(self) -> None:
+        """An error was raised to the user: like TF's ``join``, forget it (and what it left
+        queued), so the next ``fit`` on this strategy starts clean."""
+        if self.engine is not None:
+            self.engine.clear_error()
+        queue = self._cluster.closure_queue
+        with queue._queue_lock:  # pylint: disable=protected-access
+            if queue._error is not None:  # pylint: disable=protected-access
+                queue._cancel_all_closures()  # pylint: disable=protected-access
+                queue._error = None  # pylint: disable=protected-access

@@ -1,0 +1,135 @@
+"""The engine's :class:`~tf_hetero.engine.api.Dispatcher` on TensorFlow: puts task closures
+on the coordinator's closure queue (pinned to a worker through TF's per-worker tagged queues,
+or on the shared queue), and builds and schedules each round's apply.
+
+TF counts tagged (pinned) closures nowhere (docs/TF_INTERNALS.md): :meth:`put` counts them in
+flight itself, so ``join()`` waits for them and ``mark_finished()`` balances.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tf_hetero.strategies.runtime.accumulate import NO_ROUND
+from tf_hetero.strategies.runtime.errors import translate
+from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag, tag_of
+
+__all__ = ["ClosureDispatcher"]
+
+
+class ClosureDispatcher:
+    """Implements :class:`tf_hetero.engine.api.Dispatcher` for one coordinator."""
+
+    def __init__(self, coordinator, tracer):
+        self.coordinator = coordinator
+        self.tracer = tracer
+        self.engine = coordinator.engine
+        self.queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+        self.last_accumulators: tuple = ()  # of the last training step scheduled
+        self._drain_fns: dict = {}  # accumulators -> their push-only function (pipelined H-PS)
+        self._apply_fns: dict = {}  # accumulators -> their round apply function
+
+    # -------------------------------------------------------------- Dispatcher
+    def dispatch(self, task, worker, round_id):
+        closure = task.payload
+        # Tagged here, before the put: a worker thread may pick the closure up at once (even
+        # before engine.submit() has returned to schedule()).
+        tag_of(closure).task = task
+        self.put(closure, worker)  # its task code is set when it starts (workers.py)
+
+    def drain(self, worker):
+        """A push-only closure: pushes ``worker``'s buffered gradients (pipelined H-PS), of
+        the accumulators the last training step wrote."""
+        accs = self.last_accumulators
+        fn = self._drain_fns.get(accs)
+        if fn is None:
+            buffers = [b for b in self.tracer.buffers if b.acc in accs]
+            strategy = self.coordinator.strategy
+
+            @tf.function
+            def fn(code):
+                return strategy.run(lambda: tf.reduce_any(tf.stack([b.drain(code) for b in buffers])))
+
+            self._drain_fns[accs] = fn
+            self.tracer.accumulators_of[fn] = accs
+        return self.task_closure((fn, (self.coordinator.code_tensor(NO_ROUND),), None))
+
+    def duplicate(self, task):
+        """A second closure of ``task``'s step (task transfer); it reads its own worker's data."""
+        return self.task_closure(tag_of(task.payload).source)
+
+    def dispatch_apply(self, round_id, lanes, folds):
+        try:
+            self._dispatch_apply(round_id, lanes, folds)
+        except Exception as e:  # pylint: disable=broad-except
+            self.engine.fail(translate(e))  # e.g. the queue already holds a PS error
+
+    def cancel(self, task):
+        task.payload.mark_cancelled()
+
+    # ---------------------------------------------------------------- helpers
+    def task_closure(self, source):
+        """A closure of ``source`` = ``(fn, args, kwargs)``, tagged as an engine task."""
+        closure = self.coordinator.closure(*source)
+        set_tag(closure, ClosureTag(ClosureKind.TASK, source=source))
+        return closure
+
+    def put(self, closure, worker):
+        """Queues ``closure`` for ``worker`` (``None``: the shared queue, any worker)."""
+        queue = self.queue
+        if worker is None:
+            closure.tag = None
+            try:
+                queue.put(closure)  # raises the queue's error, if any
+            except Exception as e:  # pylint: disable=broad-except
+                self.engine.fail(translate(e))
+            return
+        with queue._queue_lock:  # pylint: disable=protected-access
+            queue.inflight_closure_count += 1
+        queue.put(closure, tag=worker)
+
+    def _dispatch_apply(self, round_id, lanes, folds):
+        slot = self.engine.rounds[round_id].slot
+        lanes_n = self.engine.num_lanes
+        weights = np.zeros((lanes_n, 2), np.float32)
+        expected = np.full((lanes_n, 2), -2, np.int64)
+        for lane in lanes:
+            weights[lane, slot], expected[lane, slot] = 1.0, round_id
+        for (lane, fold_slot), (late_round, weight) in folds.items():
+            weights[lane, fold_slot], expected[lane, fold_slot] = weight, late_round
+        closure = self.coordinator.closure(
+            self._round_apply_fn(self._round_accumulators(round_id, folds)),
+            (tf.constant(weights), tf.constant(expected)), None)
+        set_tag(closure, ClosureTag(ClosureKind.APPLY, round_id=round_id,
+                                    result=closure.build_output_remote_value()))
+        # Pin the apply to an idle worker, preferring one of the round's: a busy one (still
+        # running a late or losing copy) would make the apply wait behind its task.
+        idle = self.engine.idle_workers()
+        preferred = [w for w in idle if w in lanes] or idle
+        self.put(closure, preferred[0] if preferred else None)
+
+    def _round_accumulators(self, round_id, folds) -> tuple:
+        """The accumulators written by the tasks of ``round_id`` and of the rounds whose late
+        gradients it folds in (in creation order)."""
+        rounds = {round_id} | {late for late, _ in folds.values()}
+        written = set()
+        for r in rounds:
+            rnd = self.engine.rounds[r]
+            for task in rnd.tasks + rnd.copies:
+                fn = tag_of(task.payload).source[0]
+                written.update(self.tracer.accumulators_of.get(fn, ()))
+        return tuple(a for a in self.tracer.accumulators if a in written)
+
+    def _round_apply_fn(self, accumulators: tuple):
+        fn = self._apply_fns.get(accumulators)
+        if fn is None:
+            fns = [a.make_apply_fn(a.optimizer) for a in accumulators]
+
+            @tf.function
+            def fn(weights, expected):
+                counts = [f(weights, expected) for f in fns]
+                return counts[0]
+
+            self._apply_fns[accumulators] = fn
+        return fn

@@ -1,0 +1,37 @@
+"""Errors the runtime raises, and the translation of TensorFlow's into them."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+__all__ = ["ParameterServerError", "translate", "translated"]
+
+
+class ParameterServerError(RuntimeError):
+    """A parameter server became unreachable; its variables are lost."""
+
+
+def is_ps_failure(e: BaseException) -> bool:
+    return isinstance(e, tf.errors.UnavailableError) and "/job:ps" in str(e)
+
+
+def translate(e: BaseException) -> BaseException:
+    """``e``, or the error that says what it means to the user and what to do."""
+    if is_ps_failure(e):
+        return ParameterServerError(
+            f"A parameter server is unreachable ({type(e).__name__}: {str(e).splitlines()[0]}). "
+            "Its variables are lost, so training cannot go on. Fix: restart the PS task, then "
+            "resume from the last checkpoint: re-run model.fit with a "
+            "tf_keras.callbacks.BackupAndRestore callback (or restore a ModelCheckpoint).")
+    return e
+
+
+def translated(call, *args, **kwargs):
+    """``call(*args, **kwargs)``, raising the translated error if it raises."""
+    try:
+        return call(*args, **kwargs)
+    except Exception as e:  # pylint: disable=broad-except
+        t = translate(e)
+        if t is e:
+            raise
+        raise t from e

@@ -1,0 +1,54 @@
+"""The one attribute tf-hetero sets on TensorFlow closures: a :class:`ClosureTag` saying what
+the closure is to the engine. Pure Python.
+
+>>> from types import SimpleNamespace
+>>> c = SimpleNamespace()
+>>> tag_of(c) is None
+True
+>>> set_tag(c, ClosureTag(ClosureKind.APPLY, round_id=3)).internal
+True
+>>> tag_of(c).round_id
+3
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+__all__ = ["ClosureKind", "ClosureTag", "tag_of", "set_tag"]
+
+_ATTR = "_tf_hetero_tag"
+
+
+class ClosureKind(str, enum.Enum):
+    TASK = "task"  # a training step the engine schedules (``task`` is its engine Task)
+    APPLY = "apply"  # a round's apply (``round_id``, ``result``: its remote value)
+    ASYNC = "async"  # a training step of the ASP preset (no engine; timed for the monitor)
+
+
+@dataclasses.dataclass
+class ClosureTag:
+    """What a closure is. ``source`` is ``(fn, args, kwargs)`` of a task (to copy it for
+    task transfer and to know which accumulators it writes)."""
+
+    kind: ClosureKind
+    task: Any = None
+    source: tuple | None = None
+    round_id: int | None = None
+    result: Any = None
+
+    @property
+    def internal(self) -> bool:
+        """An engine closure that is no training step of the user's: an apply or a drain."""
+        return self.kind == ClosureKind.APPLY or bool(getattr(self.task, "drain", False))
+
+
+def tag_of(closure) -> ClosureTag | None:
+    return getattr(closure, _ATTR, None)
+
+
+def set_tag(closure, tag: ClosureTag) -> ClosureTag:
+    setattr(closure, _ATTR, tag)
+    return tag

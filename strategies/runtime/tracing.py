@@ -1,0 +1,182 @@
+"""Step inspection: how the coordinator runs each function it is asked to schedule.
+
+Each scheduled function is traced once more by tf-hetero (never run) with ``apply_gradients``
+intercepted (:func:`~tf_hetero.strategies.runtime.accumulate.accumulating`): a function that
+calls a tf_keras optimizer's ``apply_gradients`` is a training step and goes to the engine;
+anything else (evaluation, user functions) runs as stock TF would. In rounds mode the step is
+re-traced as an *accumulating* variant that takes a task code (round, slot, lane, push flags)
+as its first argument and writes its gradient into PS accumulators (or, with local
+accumulation, into per-worker buffers) instead of updating the variables.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tf_hetero.engine import EngineError
+from tf_hetero.strategies.runtime.accumulate import NO_ROUND, Accumulators, accumulating
+from tf_hetero.strategies.runtime.local_push import LocalBuffers
+
+__all__ = ["StepEntry", "StepTracer"]
+
+
+class StepEntry:
+    """How the coordinator runs one scheduled function."""
+
+    def __init__(self, accumulate_fn=None, is_train: bool = False, keep=None, accumulators=()):
+        self.accumulate_fn = accumulate_fn
+        self.is_train = is_train
+        # The accumulators the step writes: a round applies only these (another model's
+        # optimizer on this strategy must not run, even with zero gradients).
+        self.accumulators = tuple(accumulators)
+        # Functions traced only to inspect a step stay referenced here: garbage-collected in
+        # the middle of fit, TF removes them from every server with blocking RPCs (seen:
+        # seconds of stall).
+        self.keep = keep
+
+
+class StepTracer:
+    """Traces scheduled functions and owns what the traces create: the PS accumulators and
+    per-worker buffers, and which task function writes which accumulators."""
+
+    def __init__(self, coordinator):
+        self.coordinator = coordinator
+        self.strategy = coordinator.strategy
+        self.config = coordinator.config
+        self.engine = coordinator.engine
+        self.monitor = coordinator.monitor
+        self.entries: dict = {}
+        self.accumulators: list[Accumulators] = []
+        self.buffers: list[LocalBuffers] = []  # local accumulation (H-PS)
+        self.accumulators_of: dict = {}  # task function -> the accumulators it writes
+
+    def entry(self, fn, args, kwargs) -> StepEntry:
+        entry = self.entries.get(fn)
+        if entry is not None:
+            return entry
+        if self.engine is None or not self.engine.rounds_mode:
+            entry = self._probe_entry(fn, args, kwargs)
+        else:
+            entry = self._accumulating_entry(fn, args, kwargs)
+        self.entries[fn] = entry
+        return entry
+
+    def _probe_entry(self, fn, args, kwargs) -> StepEntry:
+        """Async strategies run the step as written; a trace tells whether it trains."""
+        python_fn = _autograph(fn)
+        if python_fn is None:
+            return StepEntry(None, is_train=False)
+        record, keep = self._trace_once(python_fn, args, kwargs,
+                                        lambda opt, variables: _NullAccumulators())
+        if record.get("calls", 0):
+            self.monitor.bytes_per_push = record["bytes"]
+        return StepEntry(None, is_train=record.get("calls", 0) > 0, keep=keep)
+
+    def _accumulating_entry(self, fn, args, kwargs) -> StepEntry:
+        python_fn = _autograph(fn)
+        if python_fn is None:  # a concrete function: cannot re-trace it
+            return StepEntry(None, is_train=False)
+        record = {}
+        local = self.config.local is not None
+        find = self._accumulators_for
+        if local:
+            self._make_buffers(python_fn, args, kwargs)
+            find = self._buffers_for
+        written = []
+
+        def accumulators_for(optimizer, variables):
+            found = find(optimizer, variables)
+            written.append(found.acc if local else found)
+            return found
+
+        @tf.function
+        def accumulate_fn(code, *a, **kw):
+            with accumulating(accumulators_for, code) as rec:
+                out = python_fn(*a, **kw)
+            record.update(rec)
+            return out
+
+        keep = self.coordinator.closure(accumulate_fn, (self.coordinator.code_tensor(NO_ROUND),)
+                                        + tuple(args), kwargs)
+        accs = tuple(dict.fromkeys(written))
+        self.accumulators_of[accumulate_fn] = accs
+        return StepEntry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep,
+                         accumulators=accs)
+
+    def _make_buffers(self, python_fn, args, kwargs) -> None:
+        """Local accumulation: a first trace finds the step's optimizers and variables, so
+        that their per-worker buffers exist before the real trace (they cannot be created
+        while a step is traced)."""
+        found = []
+
+        def record(optimizer, variables):
+            if "while" in tf.compat.v1.get_default_graph().name:
+                raise ValueError(
+                    f"{self.config.name}: the training step runs several micro-batches "
+                    "per task (compile(steps_per_execution > 1)), but local accumulation "
+                    "sizes each worker's share in single micro-batch tasks. Fix: compile "
+                    "with steps_per_execution=1 and set the strategy's round_tasks.")
+            found.append((optimizer, list(variables)))
+            return _NullAccumulators()
+
+        _, self._probe_keep = self._trace_once(python_fn, args, kwargs, record)
+        for optimizer, variables in found:
+            acc = self._accumulators_for(optimizer, variables)
+            if not any(b.acc is acc for b in self.buffers):
+                self.buffers.append(LocalBuffers(self.strategy, acc, self.config.codec,
+                                                 self.strategy.link_us_per_byte))
+        self.monitor.bytes_per_push = sum(b.bytes_per_push for b in self.buffers)
+        self.monitor.push_times = self.monitor.push_times or []
+
+    def _trace_once(self, python_fn, args, kwargs, accumulators_for):
+        """Traces the step with ``apply_gradients`` routed to ``accumulators_for`` (inspection
+        only). Returns what :func:`accumulating` recorded and the closure to keep alive."""
+        record = {}
+
+        @tf.function
+        def traced(*a, **kw):
+            with accumulating(accumulators_for, tf.constant(NO_ROUND, tf.int64)) as rec:
+                out = python_fn(*a, **kw)
+            record.update(rec)
+            return out
+
+        return record, self.coordinator.closure(traced, args, kwargs)  # traces only
+
+    def _buffers_for(self, optimizer, variables) -> LocalBuffers:
+        """Local accumulation: the step adds into its worker's buffers."""
+        for buffers in self.buffers:
+            if buffers.acc.optimizer is optimizer and buffers.covers(variables):
+                return buffers
+        raise EngineError("a training step used variables that the first trace did not "
+                          "see; local accumulation cannot buffer them.")
+
+    def _accumulators_for(self, optimizer, variables) -> Accumulators:
+        for acc in self.accumulators:
+            if acc.optimizer is optimizer and acc.covers(variables):
+                return acc
+        with tf.init_scope():
+            acc = Accumulators(self.strategy, variables, self.engine.num_workers,
+                               self.engine.num_lanes)
+        acc.optimizer = optimizer
+        self.accumulators.append(acc)
+        if self.config.local is None:
+            self.monitor.bytes_per_push = sum(a.bytes_per_push for a in self.accumulators)
+        return acc
+
+
+def _autograph(fn):
+    """The Python function behind a tf.function, converted by AutoGraph as tf.function would.
+
+    Keras' multi-step train function loops with ``for _ in tf.range(steps_per_execution)``,
+    which needs AutoGraph; calling ``fn.python_function`` from our own tf.function does not
+    convert it (measured: "Iterating over a symbolic tf.Tensor is not allowed").
+    """
+    python_fn = getattr(fn, "python_function", None)
+    if python_fn is None:
+        return None
+    return tf.autograph.to_graph(python_fn) if getattr(fn, "_autograph", True) else python_fn
+
+
+class _NullAccumulators:
+    def accumulate(self, grads_and_vars, code):
+        return tf.no_op()

@@ -1,0 +1,127 @@
+"""Worker-thread hooks: what happens around each closure a coordinator worker thread runs.
+
+:func:`instrument` wraps three methods of each TF ``Worker`` (``_process_closure``,
+``_on_closure_failure``, ``_on_worker_recovery``) so that the engine hears of every start,
+finish, apply, failure and recovery, a task learns its final round/slot/lane/push flags
+(its task code) as it starts, and closures pinned to a dead worker move to the shared queue
+(TF would wait up to an hour for the dead one; docs/TF_INTERNALS.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tf_hetero.strategies.runtime.accumulate import NO_ROUND, task_code
+from tf_hetero.strategies.runtime.errors import translate
+from tf_hetero.strategies.runtime.tags import ClosureKind, tag_of
+
+__all__ = ["instrument", "move_pinned_closures"]
+
+
+class _AsyncVersions:
+    """Applied-update count of the ASP path (no engine), for the staleness it records."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.version = 0
+
+
+def instrument(coordinator) -> None:
+    """Installs the hooks on every worker of ``coordinator``."""
+    attempt = threading.local()
+    versions = _AsyncVersions()
+    for worker in coordinator._cluster.workers:  # pylint: disable=protected-access
+        _instrument(coordinator, worker, attempt, versions)
+
+
+def _instrument(coordinator, worker, attempt, versions):
+    process, on_failure, on_recovery = (worker._process_closure, worker._on_closure_failure,  # pylint: disable=protected-access
+                                        worker._on_worker_recovery)  # pylint: disable=protected-access
+    w = worker.worker_index
+    engine, monitor = coordinator.engine, coordinator.monitor
+    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+    local = coordinator.config.local is not None
+
+    def process_closure(closure):
+        tag = tag_of(closure)
+        task = tag.task if tag is not None and tag.kind == ClosureKind.TASK else None
+        attempt.failed = False
+        # The tag only routed the closure here. TF's failure paths put a closure back with
+        # put_back(), which asserts an untagged closure (and may bypass
+        # _on_closure_failure, e.g. for transient PS errors).
+        closure.tag = None
+        start = time.perf_counter()
+        if task is not None:
+            fresh = engine.task_started(task, w)
+            if task.round is not None:  # its round, slot, lane and push flags are final now
+                slot = engine.rounds[task.round].slot
+                code = task_code(task.round, task.lane, task.push, slot) if fresh else NO_ROUND
+                closure._args = (coordinator.code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
+        elif tag is not None and tag.kind == ClosureKind.ASYNC:
+            with versions.lock:
+                version = versions.version
+        process(closure)
+        end = time.perf_counter()
+        if attempt.failed:
+            return  # the closure went back to the queue; another worker runs it
+        error = queue._error  # pylint: disable=protected-access
+        if error is not None and engine is not None:
+            engine.fail(translate(error))
+            return
+        if task is not None:
+            engine.task_finished(task, w)
+            if local and task.pushed and not task.stale:
+                monitor.record_push(end)
+        elif tag is not None and tag.kind == ClosureKind.APPLY:
+            engine.apply_finished(tag.round_id, int(round(float(tag.result.fetch()))))
+        elif tag is not None and tag.kind == ClosureKind.ASYNC and error is None:
+            with versions.lock:
+                staleness = versions.version - version
+                versions.version += 1
+            monitor.record_task(w, start, end, applied=True, staleness=staleness)
+
+    def on_closure_failure(closure, e):
+        attempt.failed = True
+        if engine is not None:
+            engine.worker_failed(w)
+        closure.tag = None  # put_back() asserts an untagged closure
+        move_pinned_closures(coordinator, w)
+        on_failure(closure, e)
+
+    def on_worker_recovery():
+        on_recovery()
+        if engine is not None:
+            engine.worker_recovered(w)
+
+    worker._process_closure = process_closure  # pylint: disable=protected-access
+    worker._on_closure_failure = on_closure_failure  # pylint: disable=protected-access
+    worker._on_worker_recovery = on_worker_recovery  # pylint: disable=protected-access
+
+
+def move_pinned_closures(coordinator, w: int) -> None:
+    """Moves the task and apply closures queued for dead worker ``w`` to the shared queue."""
+    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+    engine = coordinator.engine
+    if queue._error is not None:  # pylint: disable=protected-access
+        return  # training is failing anyway (e.g. a PS died): nothing to rescue
+    moved = []
+    with queue._queue_lock:  # pylint: disable=protected-access
+        tagged = queue._tagged_queue[w]  # pylint: disable=protected-access
+        keep = []
+        while not tagged.empty():
+            c = tagged.get(block=False)
+            tag = tag_of(c)
+            ours = tag is not None and tag.kind in (ClosureKind.TASK, ClosureKind.APPLY)
+            (moved if ours else keep).append(c)
+        for c in keep:  # per-worker resource closures stay with their worker
+            tagged.put(c, block=False)
+        queue.inflight_closure_count -= len(moved)
+    for c in moved:
+        c.tag = None
+        try:
+            queue.put(c)
+        except Exception as e:  # pylint: disable=broad-except
+            if engine is not None:
+                engine.fail(translate(e))
+            return

@@ -1,0 +1,15 @@
+"""Heterogeneity on one machine: profiles (:mod:`~tf_hetero.emulation.profile`, pure) and
+emulated device time inside each worker's step (:mod:`~tf_hetero.emulation.device`, TF).
+``emulate`` is imported lazily: the profile grammar needs no TensorFlow."""
+
+from tf_hetero.emulation.profile import PROFILE_ENV, Profile, ProfileError
+
+__all__ = ["Profile", "ProfileError", "PROFILE_ENV", "emulate"]
+
+
+def __getattr__(name):
+    if name == "emulate":
+        from tf_hetero.emulation.device import emulate
+
+        return emulate
+    raise AttributeError(name)

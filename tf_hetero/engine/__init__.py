@@ -1,0 +1,26 @@
+"""The round engine: pure Python (no TensorFlow), thread-safe.
+
+- :mod:`~tf_hetero.engine.api`: the contracts (Dispatcher, policy Protocols, Plan,
+  RoundContext, Component hooks);
+- :mod:`~tf_hetero.engine.state`: Task, Round, Book and their state enums;
+- :mod:`~tf_hetero.engine.core`: :class:`RoundEngine`, the core;
+- components: :mod:`~tf_hetero.engine.local` (H-PS local accumulation),
+  :mod:`~tf_hetero.engine.transfer` (EPSP task transfer), :mod:`~tf_hetero.engine.folding`
+  (EPSP slack late-gradient folding).
+
+See docs/ARCHITECTURE.md for the life of a step and the locking rules.
+"""
+
+from tf_hetero.engine.api import (AssignmentPolicy, Component, Dispatcher, Gate, LatePolicy,
+                                  Plan, Pulled, RoundContext, SyncPolicy, TransferPolicy)
+from tf_hetero.engine.core import EngineError, RoundEngine
+from tf_hetero.engine.folding import LateFolding
+from tf_hetero.engine.local import LocalAccumulation
+from tf_hetero.engine.state import (PUSH_ALL, PUSH_OLD, Book, Round, RoundKind, Task,
+                                    TaskState)
+from tf_hetero.engine.transfer import TaskTransfer
+
+__all__ = ["RoundEngine", "EngineError", "Task", "Round", "Book", "TaskState", "RoundKind",
+           "PUSH_OLD", "PUSH_ALL", "Dispatcher", "SyncPolicy", "AssignmentPolicy", "Gate",
+           "LatePolicy", "TransferPolicy", "Plan", "Pulled", "RoundContext", "Component",
+           "LocalAccumulation", "TaskTransfer", "LateFolding"]

@@ -1,0 +1,217 @@
+"""The engine's written contracts: the dispatcher (TF side), the policy kinds, the value types
+passed between them, and the component hooks.
+
+Everything the engine asks of TensorFlow goes through a :class:`Dispatcher`; everything it
+decides comes from a policy (one method each) or a :class:`Component` (a mechanism plugged
+into the core at named hooks). Policies receive explicit values (:class:`RoundContext`) and
+return explicit values (:class:`Plan`); nothing passes through attributes set on the side.
+
+>>> Plan([0, 1, Pulled({0, 1})]).participants
+(0, 1)
+>>> RoundContext(round_id=3, idle=(0, 2), busy=(1,)).live
+(0, 1, 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
+
+__all__ = ["Dispatcher", "SyncPolicy", "AssignmentPolicy", "Gate", "LatePolicy",
+           "TransferPolicy", "ReportsFigures", "Pulled", "PlanEntry", "Plan", "RoundContext", "Component"]
+
+
+# ------------------------------------------------------------------------ value types
+@dataclasses.dataclass(frozen=True)
+class Pulled:
+    """A plan entry: the task is pulled by the first of ``workers`` to be free."""
+
+    workers: frozenset
+
+    def __init__(self, workers):
+        object.__setattr__(self, "workers", frozenset(workers))
+
+
+#: One task of a plan: a worker index (pinned) or :class:`Pulled`.
+PlanEntry = Union[int, Pulled]
+
+
+@dataclasses.dataclass
+class Plan:
+    """An assignment policy's answer: one entry per task of the next round (a worker may
+    appear several times), the projected round time and task time per worker (read by sync
+    policies and task transfer), and a log of why (``info``, copied to ``Round.info`` for
+    people and reports; the engine never reads it)."""
+
+    entries: list
+    info: dict = dataclasses.field(default_factory=dict)
+    expected_s: float = math.nan
+    task_s: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def participants(self) -> tuple:
+        """Every worker that may run one of the plan's tasks."""
+        workers = set()
+        for e in self.entries:
+            workers |= e.workers if isinstance(e, Pulled) else {e}
+        return tuple(sorted(workers))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundContext:
+    """What an assignment policy may know when it plans round ``round_id`` of a book: which
+    of the book's live workers are idle or still busy (e.g. with a late task), and the
+    monitor (task-time history)."""
+
+    round_id: int
+    idle: tuple
+    busy: tuple = ()
+    monitor: Any = None
+
+    @property
+    def live(self) -> tuple:
+        return tuple(sorted(self.idle + self.busy))
+
+
+# ------------------------------------------------------------------------- protocols
+@runtime_checkable
+class Dispatcher(Protocol):
+    """The TF side of the engine (:mod:`tf_hetero.strategies.runtime.coordinator`).
+
+    The engine calls these with its lock held; they must not call back into the engine
+    synchronously except through the reporting methods on another thread.
+    """
+
+    def dispatch(self, task, worker: int | None, round_id: int | None) -> None:
+        """Run ``task`` on ``worker`` (``None``: any); ``round_id`` is the round whose
+        accumulators it feeds, ``None`` for an async task applied at once."""
+
+    def dispatch_apply(self, round_id: int, lanes: Mapping[int, int],
+                       folds: Mapping[tuple, tuple]) -> None:
+        """Apply round ``round_id``'s gradients from ``lanes`` (``{lane: micro-batches}``)
+        with the user's optimizer, plus late gradients ``folds``
+        (``{(lane, slot): (round, weight)}``)."""
+
+    def cancel(self, task) -> None:
+        """``task`` will never run (the engine failed)."""
+
+    def duplicate(self, task) -> Any:
+        """A second payload running ``task``'s step (task transfer)."""
+
+    def drain(self, worker: int) -> Any:
+        """The payload of a push-only task emptying ``worker``'s local buffer."""
+
+
+class SyncPolicy(Protocol):
+    """When a round may close. ``mode`` is ``"rounds"`` (tasks form rounds) or ``"async"``
+    (each task's gradient is applied at once; ``should_close`` is never asked)."""
+
+    mode: str
+
+    def should_close(self, rnd, now: float) -> bool: ...
+
+
+class AssignmentPolicy(Protocol):
+    """Which workers get the next round's tasks."""
+
+    def plan(self, ctx: RoundContext) -> Plan: ...
+
+
+class Gate(Protocol):
+    """Async mode: may idle ``worker`` start another task now? ``clocks[w]`` counts the
+    tasks live worker ``w`` has finished."""
+
+    def may_start(self, worker: int, clocks: Mapping[int, int]) -> bool: ...
+
+
+class LatePolicy(Protocol):
+    """Weight of a late gradient folded ``staleness`` rounds after its own (0: drop it)."""
+
+    def weight(self, staleness: int) -> float: ...
+
+
+class TransferPolicy(Protocol):
+    """Should a task that has run ``elapsed_s`` be copied to an idle worker, given the
+    typical task time ``typical_s`` (NaN when unknown)?"""
+
+    def should_transfer(self, elapsed_s: float, typical_s: float) -> bool: ...
+
+
+@runtime_checkable
+class ReportsFigures(Protocol):
+    """A policy with monitor figures of its own (EPSP: rounds each worker sat out)."""
+
+    def summary(self, rounds: Sequence, num_workers: int) -> dict: ...
+
+
+# ------------------------------------------------------------------------ components
+class Component:
+    """A mechanism plugged into the engine core at named hooks; each hook's default does
+    nothing, so a component overrides only what it changes. Hooks run with the engine's
+    lock held, in the order the components were given.
+
+    Components: :class:`~tf_hetero.engine.local.LocalAccumulation` (H-PS buffers and
+    pushes), :class:`~tf_hetero.engine.transfer.TaskTransfer` (EPSP copies),
+    :class:`~tf_hetero.engine.folding.LateFolding` (EPSP slack late gradients).
+    """
+
+    #: Accumulator lanes this component needs beyond one per worker.
+    extra_lanes: int = 0
+
+    def attach(self, engine) -> None:
+        """Called once by the engine that owns the component."""
+        self.engine = engine
+
+    def on_round_planned(self, rnd, entries: Sequence) -> None:
+        """``rnd``'s tasks exist (``rnd.tasks[i]`` from ``entries[i]``), none dispatched."""
+
+    def on_task_started(self, task, worker: int) -> None:
+        """``task`` (of a round, not stale) starts on ``worker``."""
+
+    def on_task_done(self, task, worker: int) -> None:
+        """``task`` finished in time for its open round."""
+
+    def round_lanes(self, rnd, copies: Sequence):
+        """Micro-batches per lane ``rnd``'s apply carries, or ``None`` to let the core count
+        one per task done in its lane."""
+        return None
+
+    def staleness(self, task) -> int:
+        """Staleness recorded for a task its own round applies."""
+        return 0
+
+    def blocks(self, worker: int, slot: int) -> bool:
+        """Must ``worker`` get no task writing ``slot`` now?"""
+        return False
+
+    def on_late(self, rnd, lane: int, late: list) -> bool:
+        """Every copy on ``lane`` of closed ``rnd`` has finished and ``late`` finished after
+        the close: return True to keep them (the component applies or drops them later)."""
+        return False
+
+    def folds_for(self, rnd) -> dict:
+        """Late gradients of earlier rounds folded into ``rnd``'s apply:
+        ``{(lane, slot): (round, weight)}``."""
+        return {}
+
+    def after_event(self, book) -> None:
+        """After any task event or tick (e.g. start a task transfer)."""
+
+    def end_of_epoch(self, book) -> bool:
+        """``fit`` joins, nothing is pending and ``book`` is idle: open a closing round of
+        its own and return True, or return False."""
+        return False
+
+    def has_work(self) -> bool:
+        """Does the component still hold work that keeps the engine from being idle?"""
+        return False
+
+    def on_worker_failed(self, worker: int) -> None:
+        """``worker`` is unreachable."""
+
+    def on_fail(self) -> None:
+        """The engine failed: forget work in progress."""

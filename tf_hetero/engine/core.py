@@ -1,0 +1,504 @@
+"""The round engine core: which worker runs each task, when a round closes, what is applied.
+
+Pure Python and thread-safe (one re-entrant lock guards all engine state; dispatcher calls
+are made with it held). TensorFlow stays behind a :class:`~tf_hetero.engine.api.Dispatcher`;
+the dispatcher reports back through :meth:`RoundEngine.task_started`, :meth:`task_finished`,
+:meth:`apply_finished`, :meth:`worker_failed` and :meth:`worker_recovered`.
+
+The core keeps the queue of pending tasks, worker liveness, and one or more *books* (worker
+groups with their own rounds; :class:`~tf_hetero.engine.state.Book`). In a book, a round opens
+when the previous one has been applied; its assignment policy names the workers that get its
+tasks; its sync policy says when it may close; then one apply runs. Mechanisms beyond that
+(local accumulation, task transfer, late-gradient folding) are
+:class:`~tf_hetero.engine.api.Component` objects plugged in at named hooks.
+
+>>> from tf_hetero.policies import AllTasks, OnePerWorker
+>>> class Log:
+...     def __init__(self): self.calls = []
+...     def dispatch(self, task, worker, round_id): self.calls.append(("task", worker, round_id))
+...     def dispatch_apply(self, round_id, lanes, folds):
+...         self.calls.append(("apply", round_id, lanes))
+...     def cancel(self, task): pass
+>>> d = Log(); e = RoundEngine(2, AllTasks(), OnePerWorker(), d)
+>>> tasks = [e.submit(i) for i in range(2)]
+>>> d.calls
+[('task', 0, 0), ('task', 1, 0)]
+>>> for w, t in enumerate(tasks): _ = e.task_started(t, w); e.task_finished(t, w)
+>>> d.calls[-1]
+('apply', 0, {0: 1, 1: 1})
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Callable, Sequence
+
+from tf_hetero.engine.api import Component, Pulled, RoundContext
+from tf_hetero.engine.state import Book, Round, RoundKind, Task, TaskState
+
+__all__ = ["RoundEngine", "EngineError"]
+
+S = TaskState
+
+
+class EngineError(RuntimeError):
+    """The engine cannot go on (a task failed for a reason other than a lost worker)."""
+
+
+class RoundEngine:
+    """Coordinator-side scheduler for one strategy. This class is thread-safe.
+
+    Args:
+      num_workers: worker tasks in the cluster.
+      sync: sync policy of the single book (ignored when ``books`` is given).
+      assign: assignment policy of the single book (rounds mode).
+      dispatcher: the TF side (:class:`~tf_hetero.engine.api.Dispatcher`).
+      gate: async-mode gate (e.g. :class:`~tf_hetero.policies.StalenessBound`).
+      monitor: optional :class:`tf_hetero.telemetry.Monitor` fed with every event.
+      clock: time source (seconds).
+      components: mechanisms plugged into the core (:mod:`tf_hetero.engine.local`,
+        :mod:`~tf_hetero.engine.transfer`, :mod:`~tf_hetero.engine.folding`).
+      books: ``[(workers, sync, assign), ...]``: several worker groups, each with its own
+        rounds (default: one book of all workers with ``sync`` and ``assign``).
+    """
+
+    def __init__(self, num_workers: int, sync=None, assign=None, dispatcher=None, gate=None,
+                 monitor=None, clock: Callable[[], float] = time.perf_counter, *,
+                 components: Sequence[Component] = (), books=None):
+        from tf_hetero.policies import Async, OnePerWorker, Unbounded
+
+        self.num_workers = num_workers
+        if books is None:
+            books = [(range(num_workers), sync or Async(), assign or OnePerWorker())]
+        self.books = [Book(i, frozenset(w), s, a) for i, (w, s, a) in enumerate(books)]
+        self._check_books()
+        self.gate = gate or Unbounded()
+        self.dispatcher = dispatcher
+        self.monitor = monitor
+        self.clock = clock
+        self.components = list(components)
+        self.num_lanes = num_workers + sum(c.extra_lanes for c in self.components)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._pending: collections.deque[Task] = collections.deque()
+        self._next_task = 0
+        self._next_round = 0
+        self.rounds: list[Round] = []
+        self._running: dict[int, set] = {w: set() for w in range(num_workers)}
+        self._live = set(range(num_workers))
+        self.clocks = {w: 0 for w in range(num_workers)}  # finished tasks per worker
+        self.version = 0  # applied updates (rounds, or async tasks)
+        self._flushing = False
+        self._error: BaseException | None = None
+        for c in self.components:
+            c.attach(self)
+
+    def _check_books(self) -> None:
+        seen = set()
+        for b in self.books:
+            if not b.workers or not b.workers <= set(range(self.num_workers)):
+                raise ValueError(f"book {b.id} has workers {sorted(b.workers)}: need a "
+                                 f"non-empty subset of 0..{self.num_workers - 1}.")
+            if b.workers & seen:
+                raise ValueError(f"worker(s) {sorted(b.workers & seen)} in two books: each "
+                                 "worker belongs to one book.")
+            seen |= b.workers
+        if seen != set(range(self.num_workers)):
+            raise ValueError(f"workers {sorted(set(range(self.num_workers)) - seen)} are in no "
+                             "book: every worker belongs to one.")
+        modes = {b.sync.mode for b in self.books}
+        if modes - {"rounds", "async"} or len(modes) > 1:
+            raise ValueError(f"sync policies have modes {sorted(modes)}: every book must use "
+                             "'rounds', or the single book 'async'.")
+
+    # ------------------------------------------------------------------ fit side
+    @property
+    def rounds_mode(self) -> bool:
+        return self.books[0].sync.mode == "rounds"
+
+    @property
+    def sync(self):
+        """The sync policy of the first book (the only one, for every preset today)."""
+        return self.books[0].sync
+
+    @property
+    def assign(self):
+        return self.books[0].assign
+
+    def submit(self, payload) -> Task:
+        """Queues one task (one training step scheduled by ``model.fit``)."""
+        with self._lock:
+            self._raise_if_error()
+            task = Task(self._next_task, payload, t_submit=self.clock())
+            self._next_task += 1
+            self._pending.append(task)
+            self._flushing = False
+            self._pump()
+            return task
+
+    def flush(self) -> None:
+        """No more tasks are coming for now (``join``, ``fetch``): let a partial round start."""
+        with self._lock:
+            self._flushing = True
+            self._pump()
+
+    def idle(self) -> bool:
+        with self._lock:
+            return (not self._pending and not any(b.busy for b in self.books)
+                    and not any(self._running.values())
+                    and not any(c.has_work() for c in self.components))
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Blocks until every submitted task is finished and every round applied.
+
+        Returns False after ``timeout`` seconds; raises the engine's error if it failed.
+        """
+        deadline = time.monotonic() + timeout  # real time, whatever clock stamps events
+        with self._lock:
+            self._flushing = True
+            self._pump()
+            while not self.idle():
+                self._raise_if_error()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 1.0))
+            self._raise_if_error()
+            return True
+
+    # -------------------------------------------------------------- worker side
+    def task_started(self, task: Task, worker: int) -> bool:
+        """A worker thread starts ``task``. Returns False if it is stale (its round closed)."""
+        with self._lock:
+            for previous in {task.pinned, task.worker} - {worker, None}:
+                self._running[previous].discard(task)  # moved here after a worker failure
+            task.worker, task.t_start, task.state = worker, self.clock(), S.RUNNING
+            task.version_at_start = self.version
+            self._running[worker].add(task)
+            task.stale = task.round is not None and self.rounds[task.round].closed
+            if task.round is not None and not task.stale:
+                for c in self.components:
+                    c.on_task_started(task, worker)
+            return not task.stale
+
+    def task_finished(self, task: Task, worker: int) -> None:
+        """``task`` finished successfully on ``worker``."""
+        with self._lock:
+            task.t_end = self.clock()
+            self._running[worker].discard(task)
+            self.clocks[worker] += 1
+            if task.round is None:  # async: applied by the task itself
+                task.state = S.DONE
+                staleness = self.version - task.version_at_start
+                self.version += 1
+                if self.monitor:
+                    self.monitor.on_task(task, applied=True, staleness=staleness)
+            else:
+                rnd = self.rounds[task.round]
+                if (task.stale or rnd.abandoned
+                        or (task.twin is not None and task.twin.state == S.DONE)):
+                    self.drop(task)  # wrote nothing, lost the race to its twin, or its
+                    # round was abandoned when the engine failed
+                elif rnd.closed:
+                    task.state = S.LATE
+                    self._settle_late(rnd, task.lane_id)
+                else:  # recorded in the monitor when the round closes
+                    task.state = S.DONE
+                    for c in self.components:
+                        c.on_task_done(task, worker)
+                    if self.books[rnd.book].sync.should_close(rnd, self.clock()):
+                        self._close(rnd)
+            self._after_event()
+
+    def tick(self) -> None:
+        """Time passed: deadlines (slack sync) and task transfer. Called by a timer thread."""
+        with self._lock:
+            if self._error is not None:
+                return
+            for book in self.books:
+                rnd = book.open
+                if rnd is not None and rnd.num_done > 0:
+                    if book.sync.should_close(rnd, self.clock()):
+                        self._close(rnd)
+                        self._pump()
+            for book in self.books:
+                for c in self.components:
+                    c.after_event(book)
+            self._changed.notify_all()
+
+    def apply_finished(self, round_id: int, applied: int) -> None:
+        """The apply of ``round_id`` ran; ``applied`` micro-batches went into it."""
+        with self._lock:
+            rnd = self.rounds[round_id]
+            rnd.applied, rnd.t_applied = applied, self.clock()
+            self.version += 1
+            book = self.books[rnd.book]
+            if book.applying is rnd:
+                book.applying = None
+            if self.monitor:
+                self.monitor.on_round(rnd)
+            self._pump()
+            self._changed.notify_all()
+
+    def worker_failed(self, worker: int) -> None:
+        """``worker`` is unreachable: give it no more tasks until it recovers."""
+        with self._lock:
+            self._live.discard(worker)
+            if self.monitor:
+                self.monitor.on_event("worker_failed", worker=worker)
+            for c in self.components:
+                c.on_worker_failed(worker)
+            self._pump()  # e.g. lifts an SSP bound the dead worker was holding down
+            self._changed.notify_all()
+
+    def worker_recovered(self, worker: int) -> None:
+        with self._lock:
+            self._live.add(worker)
+            if self.monitor:
+                self.monitor.on_event("worker_recovered", worker=worker)
+            self._pump()
+            self._changed.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        """Stops the engine: pending tasks are cancelled, waiters get ``error``. The rounds
+        in progress are abandoned: a task of theirs that still starts writes nothing, and
+        one that still finishes applies nothing."""
+        with self._lock:
+            if self._error is None:
+                self._error = error
+            while self._pending:
+                self.dispatcher.cancel(self._pending.popleft())
+            for book in self.books:
+                for rnd in (book.open, book.applying):
+                    if rnd is not None and not rnd.closed:
+                        rnd.closed, rnd.t_close, rnd.abandoned = True, self.clock(), True
+                        rnd.pull = []
+                book.open = book.applying = None
+            for c in self.components:
+                c.on_fail()
+            for tasks in self._running.values():
+                tasks.clear()
+            self._changed.notify_all()
+
+    def raise_if_error(self) -> None:
+        """Raises the error the engine failed with, if any (it stays until cleared)."""
+        with self._lock:
+            self._raise_if_error()
+
+    def clear_error(self) -> None:
+        """The failure has reached the user: accept new tasks again (the next ``fit``)."""
+        with self._lock:
+            self._error = None
+            self._flushing = False
+            self._changed.notify_all()
+
+    @property
+    def live_workers(self) -> list[int]:
+        with self._lock:
+            return sorted(self._live)
+
+    def idle_workers(self) -> list[int]:
+        """Live workers running nothing (e.g. where a round's apply will not queue)."""
+        with self._lock:
+            return [w for w in sorted(self._live) if not self.busy(w)]
+
+    # ---------------------------------------------- for components (lock held)
+    def busy(self, worker: int) -> bool:
+        return bool(self._running[worker])
+
+    def running(self, worker: int) -> set:
+        """The tasks ``worker`` runs or has been handed (read-only use)."""
+        return self._running[worker]
+
+    def is_live(self, worker: int) -> bool:
+        return worker in self._live
+
+    def book_live(self, book: Book) -> list[int]:
+        return sorted(self._live & book.workers)
+
+    def new_task(self, payload, **fields) -> Task:
+        """A task the engine makes itself (a transfer copy, a drain), not from ``submit``."""
+        task = Task(self._next_task, payload, t_submit=self.clock(), **fields)
+        self._next_task += 1
+        return task
+
+    def open_round(self, book: Book, kind: RoundKind = RoundKind.TRAIN,
+                   info: dict | None = None) -> Round:
+        """The next round of ``book``, opened now (recorded in ``rounds``; the caller makes
+        it ``book.open`` or closes it)."""
+        rnd = Round(self._next_round, [], kind=kind, book=book.id, slot=book.opened % 2,
+                    t_open=self.clock(), live_workers=len(self.book_live(book)),
+                    info=dict(info or {}))
+        self._next_round += 1
+        book.opened += 1
+        self.rounds.append(rnd)
+        return rnd
+
+    def dispatch(self, task: Task, worker: int, round_id: int | None) -> None:
+        """Hands ``task`` to ``worker`` (counted as running there from now on)."""
+        task.pinned, task.state = worker, S.DISPATCHED
+        self._running[worker].add(task)
+        self.dispatcher.dispatch(task, worker, round_id)
+
+    def close(self, rnd: Round) -> None:
+        self._close(rnd)
+
+    def drop(self, task: Task) -> None:
+        task.state = S.DROPPED
+        if self.monitor:
+            self.monitor.on_task(task, applied=False, staleness=0)
+
+    # ---------------------------------------------------------------- internals
+    def _raise_if_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _after_event(self) -> None:
+        self._pump()
+        self._feed()
+        for book in self.books:
+            for c in self.components:
+                c.after_event(book)
+        self._changed.notify_all()
+
+    def _pump(self) -> None:
+        if self._error is not None:
+            return
+        if self.rounds_mode:
+            for book in self.books:
+                self._pump_book(book)
+        else:
+            self._pump_async()
+
+    def _pump_async(self) -> None:
+        for w in sorted(self._live, key=lambda w: self.clocks[w]):
+            if not self._pending:
+                return
+            if self.busy(w):
+                continue
+            live_clocks = {v: self.clocks[v] for v in self._live}
+            if not self.gate.may_start(w, live_clocks):
+                continue
+            self.dispatch(self._pending.popleft(), w, None)
+
+    def _pump_book(self, book: Book) -> None:
+        if book.busy:
+            return
+        if self._flushing and not self._pending:
+            for c in self.components:  # end of an epoch: rounds that close it
+                if c.end_of_epoch(book):
+                    return
+        if not self._pending:
+            return
+        live = self.book_live(book)
+        if not live:
+            return
+        ctx = RoundContext(book.opened, tuple(w for w in live if not self.busy(w)),
+                           tuple(w for w in live if self.busy(w)), self.monitor)
+        plan = book.assign.plan(ctx)
+        if not plan.entries:
+            return  # every live worker is still busy with late work; wait for one
+        if len(self._pending) < len(plan.entries) and not self._flushing:
+            return  # fit is still scheduling this round's tasks
+        entries = plan.entries[:len(self._pending)]
+        rnd = self.open_round(book, RoundKind.TRAIN, plan.info)
+        rnd.participants = plan.participants
+        rnd.expected_s = plan.expected_s
+        rnd.task_s = dict(plan.task_s)
+        book.open = rnd
+        for entry in entries:
+            task = self._pending.popleft()
+            task.round = rnd.id
+            rnd.tasks.append(task)
+            if isinstance(entry, Pulled):  # pulled by the first allowed worker to be free
+                task.state = S.QUEUED
+                rnd.pull.append((task, entry.workers))
+            else:
+                task.pinned = entry
+        for c in self.components:
+            c.on_round_planned(rnd, entries)
+        for task in rnd.tasks:
+            if task.state != S.QUEUED:
+                self.dispatch(task, task.pinned, rnd.id)
+        self._feed()
+
+    def _feed(self) -> None:
+        """Hands the open rounds' pulled tasks to idle workers allowed to take them."""
+        if self._error is not None:
+            return
+        for book in self.books:
+            rnd = book.open
+            if rnd is None or not rnd.pull:
+                continue
+            for w in self.book_live(book):
+                if not rnd.pull:
+                    break
+                if self.busy(w) or any(c.blocks(w, rnd.slot) for c in self.components):
+                    continue  # busy, or its lane in this slot holds work to keep
+                for i, (task, allowed) in enumerate(rnd.pull):
+                    if w in allowed:
+                        del rnd.pull[i]
+                        self.dispatch(task, w, rnd.id)
+                        break
+
+    def _settle_late(self, rnd: Round, lane: int) -> None:
+        """Once every copy of ``rnd`` on ``lane`` has finished: drop, or a component keeps
+        the late gradients (folding)."""
+        copies = [t for t in rnd.tasks + rnd.copies if t.lane_id == lane]
+        if any(t.state == S.RUNNING for t in copies):
+            return
+        late = [t for t in copies if t.state == S.LATE]
+        if not late:
+            return
+        # A lane also written by a losing copy, or a duplicate's extra lane, is never kept.
+        clean = not any(t.state == S.DROPPED and not t.stale for t in copies)
+        if clean and lane < self.num_workers and any(
+                c.on_late(rnd, lane, late) for c in self.components):
+            return
+        for t in late:
+            self.drop(t)
+
+    def _close(self, rnd: Round) -> None:
+        if self._error is not None:
+            return
+        rnd.closed, rnd.t_close = True, self.clock()
+        book = self.books[rnd.book]
+        # Tasks not started yet will find their round closed and write nothing; running ones
+        # are still writing their lane.
+        copies = rnd.tasks + rnd.copies
+        late_lanes = {t.lane_id for t in copies if t.state == S.RUNNING}
+        lanes = next((got for got in (c.round_lanes(rnd, copies) for c in self.components)
+                      if got is not None), None)
+        if lanes is None:
+            lanes = collections.Counter(t.lane_id for t in copies if t.state == S.DONE)
+        # A lane still writing this round cannot be read consistently: leave it out.
+        rnd.lanes = {w: n for w, n in sorted(lanes.items()) if w not in late_lanes}
+        # Tasks never handed out go back to the front of the queue for the next round.
+        for task, _ in reversed(rnd.pull):
+            rnd.tasks.remove(task)
+            task.round, task.state = None, S.PENDING
+            self._pending.appendleft(task)
+        rnd.pull = []
+        for t in copies:
+            if t.state == S.DONE and t.lane_id in late_lanes:
+                t.state = S.LATE  # its lane was still being written: not in this apply
+            elif t.state == S.DONE and self.monitor and not t.drain:  # a drain has no data
+                self.monitor.on_task(t, applied=True,
+                                     staleness=max([c.staleness(t) for c in self.components],
+                                                   default=0))
+        for lane in sorted(late_lanes):
+            self._settle_late(rnd, lane)
+        folds = {}
+        for c in self.components:
+            folds.update(c.folds_for(rnd))
+        rnd.folds = folds
+        book.open = None
+        if rnd.lanes or folds:
+            book.applying = rnd
+            self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes), folds)
+        else:
+            rnd.applied, rnd.t_applied = 0, rnd.t_close
+            if self.monitor:
+                self.monitor.on_round(rnd)

@@ -1,0 +1,121 @@
+"""Local accumulation (H-PS): tasks add their gradient to a buffer on their own worker and
+only some of them *push* it to the round's PS lane.
+
+- ``"strict"``: each worker's last task of a round pushes (after its compute) the buffer
+  plus its own gradient: one push per worker per round, exactly one large-batch step.
+- ``"pipelined"``: each worker's first task of a round pushes what it held from the previous
+  round while it computes (updates are one round stale), and when ``fit`` joins a push-only
+  *drain* round empties the buffers.
+
+A task that runs on another worker than planned (after a failure), or a pulled task (nobody
+knows which task is a worker's last), pushes everything it adds, so no gradient waits in a
+buffer nobody will push. The TF side is :mod:`tf_hetero.strategies.runtime.local_push`.
+
+>>> LocalAccumulation("strict").push_flags([0, 0, 1])
+[0, 2, 2]
+>>> LocalAccumulation("pipelined").push_flags([0, 0, 1])
+[1, 0, 1]
+"""
+
+from __future__ import annotations
+
+import collections
+
+from tf_hetero.engine.api import Component, Pulled
+from tf_hetero.engine.state import PUSH_ALL, PUSH_OLD, RoundKind
+
+__all__ = ["LocalAccumulation"]
+
+MODES = ("strict", "pipelined")
+
+
+class LocalAccumulation(Component):
+    """Buffers on the workers, push flags per task, drain rounds (see the module docstring).
+
+    ``held[w]`` counts the micro-batches worker ``w`` holds in its buffer, not yet pushed.
+    """
+
+    def __init__(self, mode: str = "strict"):
+        if mode not in MODES:
+            raise ValueError(f"local={mode!r}: use 'strict' or 'pipelined'.")
+        self.mode = mode
+        self.held: dict[int, int] = {}
+
+    def attach(self, engine) -> None:
+        super().attach(engine)
+        self.held = {w: 0 for w in range(engine.num_workers)}
+
+    def push_flags(self, entries) -> list[int]:
+        """Which of each worker's tasks in a plan push (``PUSH_ALL``/``PUSH_OLD``/0)."""
+        first, last = {}, {}
+        for i, w in enumerate(entries):
+            first.setdefault(w, i)
+            last[w] = i
+        if self.mode == "strict":
+            return [PUSH_ALL if isinstance(w, Pulled) or last[w] == i else 0
+                    for i, w in enumerate(entries)]
+        return [PUSH_ALL if isinstance(w, Pulled) else PUSH_OLD if first[w] == i else 0
+                for i, w in enumerate(entries)]
+
+    # ------------------------------------------------------------------ hooks
+    def on_round_planned(self, rnd, entries) -> None:
+        for task, push in zip(rnd.tasks, self.push_flags(entries)):
+            task.push = push
+
+    def on_task_started(self, task, worker) -> None:
+        if task.pinned != worker:
+            task.push = PUSH_ALL  # moved off its planned worker: push all it adds
+        if task.push == PUSH_OLD:  # pushes the buffer as it stands now
+            task.pushed, self.held[worker] = self.held[worker], 0
+
+    def on_task_done(self, task, worker) -> None:
+        """Its gradient is in the buffer, or pushed."""
+        if task.push & PUSH_ALL:
+            task.pushed, self.held[worker] = self.held[worker] + (0 if task.drain else 1), 0
+        elif not task.drain:
+            self.held[worker] += 1
+
+    def round_lanes(self, rnd, copies):
+        """Lanes carry what the round's pushes carried, not its own tasks."""
+        lanes = collections.Counter()
+        for t in copies:
+            if t.state == "done" and t.pushed:
+                lanes[t.lane_id] += t.pushed
+        return lanes
+
+    def staleness(self, task) -> int:
+        return int(self.mode == "pipelined")
+
+    def end_of_epoch(self, book) -> bool:
+        workers = self._to_drain(book)
+        if not workers:
+            return False
+        engine = self.engine
+        rnd = engine.open_round(book, RoundKind.DRAIN, {"drain": True})
+        book.open = rnd
+        for w in workers:
+            rnd.tasks.append(engine.new_task(engine.dispatcher.drain(w), round=rnd.id,
+                                             push=PUSH_ALL, drain=True))
+        rnd.participants = tuple(workers)
+        for task, w in zip(rnd.tasks, workers):
+            engine.dispatch(task, w, rnd.id)
+        return True
+
+    def has_work(self) -> bool:
+        return any(self._to_drain(b) for b in self.engine.books)
+
+    def on_worker_failed(self, worker) -> None:
+        if self.held[worker] and self.engine.monitor:  # its local buffer died with it
+            self.engine.monitor.on_event("lost_local", worker=worker,
+                                         micro_batches=self.held[worker])
+        self.held[worker] = 0
+
+    def _to_drain(self, book) -> list[int]:
+        """Live workers of ``book`` whose pipelined buffer holds gradients no task will push."""
+        if self.mode != "pipelined":
+            return []
+        engine = self.engine
+        return [w for w in engine.book_live(book) if self.held[w] and not engine.busy(w)]
+
+    def __repr__(self):
+        return f"LocalAccumulation({self.mode!r})"

@@ -1,0 +1,152 @@
+"""What the engine tracks: tasks, rounds, round books, and their states.
+
+A *task* is one training step ``model.fit`` (or a custom loop) scheduled; a *round* is a set
+of tasks whose gradients are applied together, by one apply; a *book* is a group of workers
+that runs its own rounds, one open and one applying at a time (BSP: one book of all workers;
+grouped sync: one book per group, applying to the same model asynchronously to each other).
+
+Task states and their transitions (:class:`TaskState`)::
+
+    PENDING ──> DISPATCHED ──> RUNNING ──> DONE ──> (LATE, if its lane was still written)
+       │  ^          ^            │  └───> LATE ──> FOLDED | DROPPED
+       v  │          │            └──────> DROPPED (stale, lost to its twin, or round abandoned)
+      QUEUED ────────┘ (pulled by a free allowed worker; back to PENDING if its round closed)
+
+Rounds (:class:`RoundKind`): ``TRAIN`` rounds hold tasks of ``fit``; ``DRAIN`` rounds hold
+push-only tasks that empty pipelined buffers (H-PS); ``FOLD`` rounds have no task and apply
+only late gradients of earlier rounds (EPSP slack sync). A round opens (``t_open``), closes
+(``closed``, ``t_close``: no task of it may write any more) and is applied (``applied >= 0``,
+``t_applied``).
+
+>>> TaskState.DONE == "done", str(TaskState.LATE), RoundKind.TRAIN.value
+(True, 'late', 'train')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+__all__ = ["TaskState", "RoundKind", "Task", "Round", "Book", "PUSH_OLD", "PUSH_ALL"]
+
+#: Local accumulation (H-PS): a task's push flags. ``PUSH_OLD``: before its own gradient is
+#: in, push what its worker holds locally (so the push overlaps the task's compute);
+#: ``PUSH_ALL``: after its compute, push the local sum plus its own gradient.
+PUSH_OLD, PUSH_ALL = 1, 2
+
+
+class TaskState(str, enum.Enum):
+    """Where a task is in its life (see the module docstring for the transitions). A ``str``
+    enum: ``task.state == "done"`` reads as it always did."""
+
+    PENDING = "pending"  # submitted; in no round yet
+    QUEUED = "queued"  # in a round, waiting for a free worker allowed to pull it
+    DISPATCHED = "dispatched"  # handed to the dispatcher for one worker
+    RUNNING = "running"  # a worker thread started it
+    DONE = "done"  # finished in time: its round applies it
+    LATE = "late"  # finished after its round closed (or its lane was still being written)
+    FOLDED = "folded"  # late, and folded into a later round's apply
+    DROPPED = "dropped"  # never applied
+
+    __hash__ = str.__hash__  # equal to its value, so it must hash like it too
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RoundKind(str, enum.Enum):
+    """What a round holds (see the module docstring)."""
+
+    TRAIN = "train"
+    DRAIN = "drain"
+    FOLD = "fold"
+
+    __hash__ = str.__hash__  # equal to its value, so it must hash like it too
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(eq=False)
+class Task:
+    """One training step. Identity matters (``eq=False``): a task is one object."""
+
+    id: int
+    payload: Any  # what the dispatcher runs (a TF closure)
+    round: int | None = None
+    pinned: int | None = None  # worker the engine chose (None: any worker)
+    worker: int | None = None  # worker that ran it
+    state: TaskState = TaskState.PENDING
+    t_submit: float = 0.0
+    t_start: float = 0.0
+    t_end: float = 0.0
+    version_at_start: int = 0  # applied updates when it started (staleness)
+    lane: int | None = None  # accumulator lane it writes (None: its worker's)
+    twin: "Task | None" = None  # the other copy of a transferred task
+    duplicate: bool = False  # a copy made by task transfer
+    stale: bool = False  # started after its round closed: wrote nothing
+    push: int = 0  # local accumulation: PUSH_OLD / PUSH_ALL flags (0: keep it local)
+    pushed: int = 0  # local accumulation: micro-batches its push carried
+    drain: bool = False  # a push-only task (no micro-batch of its own)
+
+    @property
+    def duration(self) -> float:
+        return self.t_end - self.t_start
+
+    @property
+    def lane_id(self) -> int | None:
+        return self.lane if self.lane is not None else self.worker
+
+
+@dataclasses.dataclass(eq=False)
+class Round:
+    """One round of one book. ``info`` is a log of what the policies decided (for people and
+    reports); the engine reads its decisions from the :class:`~tf_hetero.engine.api.Plan`."""
+
+    id: int
+    tasks: list
+    kind: RoundKind = RoundKind.TRAIN
+    book: int = 0  # the book (worker group) whose round it is
+    slot: int = 0  # accumulator slot it writes: alternates between a book's rounds
+    t_open: float = 0.0
+    t_close: float = 0.0
+    t_applied: float = 0.0
+    closed: bool = False
+    abandoned: bool = False  # the engine failed while it was open or applying
+    lanes: dict = dataclasses.field(default_factory=dict)  # lane -> micro-batches applied
+    applied: int = -1  # micro-batches the apply reported (-1: not yet)
+    live_workers: int = 0  # live workers of its book when it opened
+    pull: list = dataclasses.field(default_factory=list)  # (task, allowed workers) not handed out
+    copies: list = dataclasses.field(default_factory=list)  # duplicates made by task transfer
+    participants: tuple = ()  # workers that may run this round's tasks
+    expected_s: float = float("nan")  # projected duration (sync policies may use it)
+    task_s: dict = dataclasses.field(default_factory=dict)  # projected task s per worker
+    folds: dict = dataclasses.field(default_factory=dict)  # (lane, slot) -> (round, weight)
+    info: dict = dataclasses.field(default_factory=dict)  # what the policies decided (a log)
+
+    @property
+    def num_done(self) -> int:
+        """Tasks in: a transferred task counts once, when its first copy is in."""
+        return sum(t.state == TaskState.DONE or
+                   (t.twin is not None and t.twin.state == TaskState.DONE)
+                   for t in self.tasks)
+
+
+@dataclasses.dataclass(eq=False)
+class Book:
+    """A group of workers with its own rounds: at most one open and one applying round, so a
+    worker never writes round ``r + 2`` of its book before round ``r`` is applied (what the
+    two accumulator slots need)."""
+
+    id: int
+    workers: frozenset
+    sync: Any  # SyncPolicy
+    assign: Any  # AssignmentPolicy
+    open: Round | None = None
+    applying: Round | None = None
+    opened: int = 0  # rounds opened so far (the next one's slot is opened % 2)
+
+    @property
+    def busy(self) -> bool:
+        return self.open is not None or self.applying is not None

@@ -1,0 +1,207 @@
+"""Assignment policies: which workers get the next round's tasks
+(:class:`~tf_hetero.engine.api.AssignmentPolicy`: ``plan(RoundContext) -> Plan``).
+
+>>> from tf_hetero.engine import RoundContext
+>>> OnePerWorker().plan(RoundContext(0, idle=(3, 0), busy=(2,))).entries
+[0, 2, 3]
+>>> OnePerIdleWorker().plan(RoundContext(0, idle=(3, 0), busy=(2,))).entries
+[0, 3]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from tf_hetero.engine.api import Plan, Pulled, RoundContext
+from tf_hetero.policies.estimate import DEFAULT_ALPHA, StragglerProjection, smoothed_time
+
+__all__ = ["OnePerWorker", "OnePerIdleWorker", "ElasticParallelism", "SpeedProportional"]
+
+
+class OnePerWorker:
+    """One task per live worker per round, busy or not (BSP)."""
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        return Plan(list(ctx.live))
+
+    def __repr__(self):
+        return "OnePerWorker()"
+
+
+class OnePerIdleWorker:
+    """One task per idle live worker; a worker still busy with a late task sits the round out."""
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        return Plan(sorted(ctx.idle))
+
+    def __repr__(self):
+        return "OnePerIdleWorker()"
+
+
+class ElasticParallelism:
+    """EPSP's parallelism controller: a round has ``round_tasks`` tasks, pulled by the workers
+    taking part; a projected straggler sits the round out (enforced sync) so it does not set
+    the round's critical path, except every ``probe_every``-th round, when it takes part again
+    so its projection can improve (task transfer bounds what a probe costs).
+
+    With ``keep_stragglers=True`` (slack sync) stragglers always take part: their late
+    gradients are folded into a later round instead of blocking this one.
+
+    Its plan logs what it decided (participants, stragglers, projection, probe) in ``info``
+    and passes the projected task times to sync policies and task transfer.
+    """
+
+    def __init__(self, round_tasks: int, projection: StragglerProjection | None = None,
+                 probe_every: int = 8, keep_stragglers: bool = False):
+        if not isinstance(round_tasks, int) or round_tasks < 1:
+            raise ValueError(f"round_tasks={round_tasks!r}: need an integer >= 1.")
+        if not isinstance(probe_every, int) or probe_every < 1:
+            raise ValueError(f"probe_every={probe_every!r}: need an integer >= 1.")
+        self.round_tasks = round_tasks
+        self.projection = projection or StragglerProjection()
+        self.probe_every = probe_every
+        self.keep_stragglers = keep_stragglers
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        live = list(ctx.live)
+        proj = self.projection.project(ctx.monitor, live)
+        probing = ctx.round_id % self.probe_every == self.probe_every - 1
+        fast = [w for w in live if not proj[w].straggler]
+        participants = live if (self.keep_stragglers or probing or not fast) else fast
+        rates = [1.0 / proj[w].expected_s for w in participants if proj[w].expected_s > 0]
+        expected = self.round_tasks / sum(rates) if rates else math.nan
+        info = {"participants": tuple(participants), "probe": probing,
+                "stragglers": tuple(w for w in live if proj[w].straggler),
+                "projection": {w: (p.expected_s, p.spread_s) for w, p in proj.items()},
+                "expected_s": expected}
+        return Plan([Pulled(participants)] * self.round_tasks, info, expected,
+                    {w: p.expected_s for w, p in proj.items()})
+
+    @staticmethod
+    def summary(rounds, num_workers: int) -> dict:
+        """Per-worker EPSP figures over ``rounds`` (round records): why a worker sat out."""
+        projected = [r.info["projection"] for r in rounds if "projection" in r.info]
+        out = {}
+        if not projected:
+            return out
+        for w in range(num_workers):
+            out[f"worker{w}_projected_ms"] = 1e3 * projected[-1].get(w, (math.nan,))[0]
+            out[f"worker{w}_straggler_rounds"] = sum(w in r.info.get("stragglers", ())
+                                                    for r in rounds)
+            out[f"worker{w}_rounds_taking_part"] = sum(
+                w in r.info.get("participants", ()) for r in rounds)
+        return out
+
+    def __repr__(self):
+        return (f"ElasticParallelism(round_tasks={self.round_tasks}, {self.projection!r}, "
+                f"probe_every={self.probe_every}, keep_stragglers={self.keep_stragglers})")
+
+
+class SpeedProportional:
+    """H-PS / LB-BSP assignment: a round is ``round_tasks`` micro-batch tasks, each pinned
+    to a worker, and each worker's share follows its measured speed so that all finish the
+    round together (the global batch per round stays ``round_tasks`` micro-batches).
+
+    Speeds are re-estimated before every round from each worker's smoothed task time
+    (:func:`~tf_hetero.policies.estimate.smoothed_time`, newest task weighing ``alpha``). The integer shares minimise the
+    round's projected makespan ``max_i k_i * t_i`` (each task goes to the worker that would
+    finish it first: optimal for identical tasks, and proportional to speed as
+    ``round_tasks`` grows). Every live worker gets at least ``min_tasks`` (so its speed
+    stays measured and it can win its share back) and at most ``memory_budget[w]``
+    micro-batches (its status: how much it may hold per round, as H-PS sizes batches by
+    available memory). When the budgets of the live workers add up to fewer than
+    ``round_tasks``, the round has as many tasks as they allow (``info["capped"]``).
+
+    Until every live worker has a measured task (the first round), the round's tasks are
+    pulled by whichever worker is free (``info["pulled"]``), so the unmeasured round is not
+    set by a slow worker's even share (with memory budgets it is split evenly within them).
+
+    :meth:`plan` returns the workers in the order of their tasks' projected finish times (a
+    partial round at the end of an epoch keeps a prefix: the tasks that end first) and logs
+    the shares, estimated task times and projected round time in the plan's ``info``.
+
+    >>> p = SpeedProportional(16)
+    >>> p.shares({0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4})
+    {0: 5, 1: 5, 2: 5, 3: 1}
+    >>> SpeedProportional(8, memory_budget=2).shares({0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4})
+    {0: 2, 1: 2, 2: 2, 3: 2}
+    """
+
+    def __init__(self, round_tasks: int, min_tasks: int = 1,
+                 memory_budget: int | Mapping[int, int] | Sequence[int] | None = None,
+                 alpha: float = DEFAULT_ALPHA):
+        if not isinstance(round_tasks, int) or round_tasks < 1:
+            raise ValueError(f"round_tasks={round_tasks!r}: need an integer >= 1.")
+        if not isinstance(min_tasks, int) or min_tasks < 0:
+            raise ValueError(f"min_tasks={min_tasks!r}: need an integer >= 0.")
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha={alpha!r}: need 0 < alpha <= 1.")
+        if isinstance(memory_budget, Sequence):
+            memory_budget = dict(enumerate(memory_budget))
+        budgets = ([memory_budget] if isinstance(memory_budget, int) else
+                   list((memory_budget or {}).values()))
+        for b in budgets:
+            if not isinstance(b, int) or b < max(1, min_tasks):
+                raise ValueError(f"memory_budget={memory_budget!r}: every budget must be an "
+                                 f"integer >= max(1, min_tasks={min_tasks}) micro-batches.")
+        self.round_tasks, self.min_tasks, self.alpha = round_tasks, min_tasks, alpha
+        self.memory_budget = memory_budget
+
+    def budget(self, worker: int) -> int:
+        b = self.memory_budget
+        if b is None:
+            return self.round_tasks
+        return b if isinstance(b, int) else b.get(worker, self.round_tasks)
+
+    def shares(self, times: Mapping[int, float]) -> dict[int, int]:
+        """Micro-batches per worker for one round, given each worker's task time."""
+        t = self._times(times)
+        k = {w: min(self.min_tasks, self.budget(w)) for w in t}
+        while sum(k.values()) > self.round_tasks:  # more workers than tasks: slowest lose
+            k[max((w for w in t if k[w]), key=lambda w: (t[w], w))] -= 1
+        while sum(k.values()) < self.round_tasks:
+            open_ = [w for w in t if k[w] < self.budget(w)]
+            if not open_:
+                break  # the budgets cap the round
+            w = min(open_, key=lambda w: ((k[w] + 1) * t[w], w))  # finishes it first
+            k[w] += 1
+        return {w: k[w] for w in sorted(t)}
+
+    def order(self, times: Mapping[int, float]) -> list[int]:
+        """The workers, one entry per task, by projected finish time of each task: a partial
+        round at the end of an epoch (a prefix) leaves out the tasks that would end last,
+        such as a slow worker's only one."""
+        t = self._times(times)
+        slots = [((j + 1) * t[w], w) for w, n in self.shares(times).items() for j in range(n)]
+        return [w for _, w in sorted(slots)]
+
+    @staticmethod
+    def _times(times: Mapping[int, float]) -> dict[int, float]:
+        known = [t for t in times.values() if t > 0 and not math.isnan(t)]
+        default = float(np.median(known)) if known else 1.0
+        return {w: (x if x > 0 and not math.isnan(x) else default) for w, x in times.items()}
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        live = list(ctx.live)
+        times = {w: smoothed_time(ctx.monitor.durations(w), self.alpha) if ctx.monitor is not None
+                 else math.nan for w in live}
+        if self.memory_budget is None and any(math.isnan(t) for t in times.values()):
+            # Before every worker has a measured task, the round's tasks are pulled by free
+            # workers (fast ones take more), not split evenly: an even split would make the
+            # first round as slow as the slowest worker's share.
+            return Plan([Pulled(live)] * self.round_tasks,
+                        {"pulled": True, "expected_s": math.nan})
+        order = self.order(times)
+        shares = {w: order.count(w) for w in live}
+        known = {w: x for w, x in times.items() if not math.isnan(x)}
+        expected = max((shares[w] * known[w] for w in known), default=math.nan)
+        info = {"shares": shares, "task_ms": {w: 1e3 * x for w, x in known.items()},
+                "expected_s": expected, "capped": len(order) < self.round_tasks}
+        return Plan(order, info, expected, known)
+
+    def __repr__(self):
+        return (f"SpeedProportional(round_tasks={self.round_tasks}, min_tasks={self.min_tasks}, "
+                f"memory_budget={self.memory_budget!r}, alpha={self.alpha})")

@@ -1,0 +1,34 @@
+"""Gates (async mode): may an idle worker start another task? (:class:`~tf_hetero.engine.api.Gate`)
+
+>>> StalenessBound(2).may_start(0, {0: 5, 1: 3}), StalenessBound(2).may_start(0, {0: 6, 1: 3})
+(True, False)
+"""
+
+from __future__ import annotations
+
+__all__ = ["Unbounded", "StalenessBound"]
+
+
+class Unbounded:
+    """No staleness bound (plain asynchronous training)."""
+
+    def may_start(self, worker, clocks) -> bool:
+        return True
+
+    def __repr__(self):
+        return "Unbounded()"
+
+
+class StalenessBound:
+    """SSP: a worker may not get more than ``staleness`` tasks ahead of the slowest live worker."""
+
+    def __init__(self, staleness: int):
+        if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 0:
+            raise ValueError(f"staleness={staleness!r}: need an integer >= 0.")
+        self.staleness = staleness
+
+    def may_start(self, worker, clocks) -> bool:
+        return clocks[worker] - min(clocks.values()) <= self.staleness
+
+    def __repr__(self):
+        return f"StalenessBound({self.staleness})"
