@@ -120,6 +120,14 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
     def config(self) -> EngineConfig:
         return self._hetero_config
 
+    def shutdown(self) -> None:
+        """Stops this strategy's coordinator threads (workers, engine ticker): call it when
+        the strategy will not train again, e.g. before building the next one in the same
+        process. See :func:`tf_hetero.strategies.runtime.coordinator.shutdown`."""
+        from tf_hetero.strategies.runtime.coordinator import shutdown
+
+        shutdown(self)
+
     @property
     def engine(self):
         """The round engine (``None`` when every task is applied at once: ASP)."""

@@ -96,9 +96,15 @@ def test_speed_proportional_rejects_impossible_settings(bad):
         SpeedProportional(**bad)
 
 
-def test_smoothed_time_follows_a_slowdown_within_a_few_tasks():
-    d = [1.0] + [0.1] * 10 + [0.4] * 3
-    assert smoothed_time(d, alpha=0.5) > 0.35  # 3 slow tasks: within 15% of the new speed
+def test_smoothed_time_at_the_shipped_alpha_follows_a_slowdown_and_ignores_one_slow_task():
+    from tf_hetero.policies.estimate import DEFAULT_ALPHA
+
+    assert SpeedProportional(4).alpha == DEFAULT_ALPHA  # what H-PS ships
+    slow = [1.0] + [0.1] * 10 + [0.4] * 5
+    assert smoothed_time(slow) > 0.85 * 0.4  # 5 slow tasks (one round of shares): within 15%
+    assert smoothed_time(slow[:-3]) < 0.3  # 2 slow tasks: not yet
+    jitter = [1.0] + [0.1] * 10 + [0.15]  # one task 50% slow (jitter) moves it by 15% only
+    assert smoothed_time(jitter) == pytest.approx(0.115)
 
 
 # ---------------------------------------------------------------- local accumulation

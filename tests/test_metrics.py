@@ -88,3 +88,48 @@ def test_bsp_bound_rejects_non_positive_slowdowns(slowdowns):
 def test_capacities_reject_non_positive_slowdowns(slowdowns):
     with pytest.raises(ValueError):
         capacities(32, 100.0, slowdowns)
+
+
+def test_ideal_over_tasks_integrates_a_mid_run_slowdown():
+    from tf_hetero.emulation.profile import Profile
+    from tf_hetero.telemetry.perf import ideal_over_tasks
+
+    p = Profile.parse("change=1@10:4")  # worker 1: 1x for 10 tasks, then 4x
+    before = ideal_over_tasks(32, 100.0, p, {0: 10, 1: 10}, 2)
+    after = ideal_over_tasks(32, 100.0, p, {0: 40, 1: 40}, 2)
+    assert before == pytest.approx(640.0)  # both at 1x
+    assert after == pytest.approx(320.0 + 32 * 40 / (0.1 * (10 + 4 * 30)))
+    assert after < before  # the task-0 ideal (640) would flatter every row after the change
+    assert ideal_samples_per_sec(32, 100.0, p.expected_slowdowns(2)) == before
+
+
+def test_ideal_over_tasks_counts_the_transient_draws_that_happened():
+    from tf_hetero.emulation.profile import Profile
+    from tf_hetero.telemetry.perf import ideal_over_tasks
+
+    p = Profile.parse("straggle=0.5x3;seed=1")
+    drawn = sum(p.slowdown(0, t, 1) for t in range(20))
+    assert ideal_over_tasks(32, 100.0, p, {0: 20}, 1) == pytest.approx(32 * 20 / (0.1 * drawn))
+
+
+def test_run_figures_use_one_clock_from_fit_to_the_last_apply_so_efficiency_stays_below_one():
+    from tf_hetero.telemetry import TaskRecord
+    from tf_hetero.telemetry.perf import run_figures
+
+    # Two workers, each running 4 tasks of exactly their emulated 0.1 s, back to back,
+    # after 0.5 s of setup; the last round is applied 0.05 s after the last task.
+    records = [TaskRecord(w, 0.5 + 0.1 * i, 0.6 + 0.1 * i) for w in range(2) for i in range(4)]
+    f = run_figures(records, fit_start=0.0, last_apply=0.95, samples_per_task=32)
+    assert f.span_s == pytest.approx(0.95) and f.setup_s == pytest.approx(0.5)
+    assert f.samples_per_sec == pytest.approx(8 * 32 / 0.95)
+    assert efficiency(f.samples_per_sec, ideal_samples_per_sec(32, 100.0, [1, 1])) <= 1.0
+    dropped = [TaskRecord(0, 0.5, 0.6, applied=False)] + records[1:]
+    assert run_figures(dropped, 0.0, 0.95, 32).applied_samples == 7 * 32
+
+
+def test_time_to_target_is_the_first_sample_at_or_above_the_target():
+    from tf_hetero.telemetry.perf import time_to_target
+
+    curve = [(0.5, 0.2), (1.0, 0.85), (1.5, 0.9), (2.0, 0.8), (2.5, 0.95)]
+    assert time_to_target(curve, 0.9) == 1.5
+    assert time_to_target(curve, 0.96) is None

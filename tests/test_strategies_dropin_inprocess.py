@@ -164,3 +164,34 @@ def test_a_second_model_on_the_same_strategy_leaves_the_first_untouched(cluster,
     assert int(first.optimizer.iterations.numpy()) == iterations
     for got, want in zip(first.get_weights(), weights):
         np.testing.assert_array_equal(got, want)  # momentum would have moved them
+
+
+def _settled_thread_count(timeout=15.0):
+    """The thread count once it stops falling (stopped worker threads exit asynchronously)."""
+    deadline, last = time.monotonic() + timeout, threading.active_count()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = threading.active_count()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def test_shutdown_leaves_no_thread_of_a_finished_run(cluster):
+    import tensorflow as tf
+
+    from tf_hetero.strategies.runtime.coordinator import shutdown
+
+    def one_run(make):
+        strategy = make()
+        _fit(strategy)
+        shutdown(strategy)
+
+    one_run(lambda: _strategy("bsp", cluster))
+    first = _settled_thread_count()
+    for make in (lambda: _strategy("epspslack", cluster),  # with its engine ticker
+                 lambda: _strategy("hps", cluster),
+                 lambda: tf.distribute.ParameterServerStrategy(cluster.resolver)):
+        one_run(make)
+    assert _settled_thread_count() <= first + 2

@@ -64,8 +64,8 @@ def _round_batches(r, x, y, position):
     return xs, ys
 
 
-def _assert_equals_large_batch_sgd(model, engine, x, y, atol, lr=0.1):
-    """``model`` == one SGD step per round on the micro-batches each worker ran in it."""
+def _large_batch_reference(engine, x, y, lr=0.1):
+    """The weights of one SGD step per round on the micro-batches each worker ran in it."""
     import tf_keras as keras
 
     reference = _model()
@@ -76,7 +76,12 @@ def _assert_equals_large_batch_sgd(model, engine, x, y, atol, lr=0.1):
         xs, ys = _round_batches(r, x, y, position)
         if xs:
             reference.train_on_batch(np.concatenate(xs), np.concatenate(ys))
-    for got, want in zip(model.get_weights(), reference.get_weights()):
+    return reference.get_weights()
+
+
+def _assert_equals_large_batch_sgd(model, engine, x, y, atol, lr=0.1):
+    """``model`` == one SGD step per round on the micro-batches each worker ran in it."""
+    for got, want in zip(model.get_weights(), _large_batch_reference(engine, x, y, lr)):
         np.testing.assert_allclose(got, want, atol=atol)
 
 
@@ -140,22 +145,34 @@ def test_pipelined_rounds_apply_the_previous_rounds_gradients_and_lose_none(clus
         pending = grads
     for got, want in zip(model.get_weights(), reference.get_weights()):
         np.testing.assert_allclose(got, want, atol=1e-5)
-    stale = {t.staleness for t in strategy.monitor.tasks}
-    assert stale == {1}
+    # Staleness as applied: round 0's tasks pushed their own gradients (0), later ones were
+    # applied one round after they ran (1).
+    stale = collections.defaultdict(set)
+    for t in strategy.monitor.tasks:
+        stale[t.round == 0].add(t.staleness)
+    assert stale == {True: {0}, False: {1}}
 
 
-@pytest.mark.parametrize("codec, atol", [("fp16", 1e-3), ("int8", 0.02), ("int4", 0.1)])
-def test_quantized_pushes_shrink_bytes_and_stay_close_to_fp32(cluster, codec, atol):
+@pytest.mark.parametrize("codec, ratio", [("fp16", 1e-3), ("int8", 0.01), ("int4", 0.1)])
+def test_quantized_pushes_shrink_bytes_and_track_the_exact_update(cluster, codec, ratio):
+    """The weights land near the exact large-batch result: the distance to it is a small
+    fraction (``ratio``) of the distance the exact updates moved them (a run whose pushes
+    applied nothing would be at ratio 1)."""
     import tf_hetero
 
-    rounds, per_round = 4, 6
+    rounds, per_round = 6, 6
     strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=per_round, quantize=codec)
-    model, x, y = _fit(strategy, rounds * per_round)
+    model, x, y = _fit(strategy, rounds * per_round, lr=0.5)
     engine = strategy.engine
-    _assert_equals_large_batch_sgd(model, engine, x, y, atol=atol)
+    exact = _large_batch_reference(engine, x, y, lr=0.5)
+    initial = _model().get_weights()
+    moved = max(float(np.abs(e - i).max()) for e, i in zip(exact, initial))
+    error = max(float(np.abs(g - e).max()) for g, e in zip(model.get_weights(), exact))
+    assert moved > 0.05 and error < ratio * moved, (codec, error, moved)
     # Bytes per push are the encoded payload's (the ratios for a large tensor are in
     # test_engine_hps.py; this 39-parameter model pays a 4-byte scale per tensor).
-    wire = sum(tf_hetero.strategies.runtime.quantize.get(codec).payload_bytes(w.size) for w in model.get_weights())
+    wire = sum(tf_hetero.strategies.runtime.quantize.get(codec).payload_bytes(w.size)
+               for w in model.get_weights())
     assert strategy.monitor.bytes_per_push == wire < sum(4 * w.size for w in model.get_weights())
     assert strategy.monitor.summary()["pushes"] == per_round + N * (rounds - 1)
 

@@ -28,7 +28,7 @@ from tf_hetero.strategies.runtime.errors import ParameterServerError, translate,
 from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag
 from tf_hetero.strategies.runtime.tracing import StepTracer
 
-__all__ = ["HeteroCoordinator", "ParameterServerError"]
+__all__ = ["HeteroCoordinator", "ParameterServerError", "shutdown"]
 
 
 class HeteroCoordinator(cc.ClusterCoordinator):
@@ -47,6 +47,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             self.engine = RoundEngine(
                 strategy.extended._num_workers, self.config.sync, self.config.assign,  # pylint: disable=protected-access
                 gate=self.config.gate, monitor=self.monitor, components=self.config.components)
+        self.stopped = False  # shutdown() was called: the ticker ends, nothing is scheduled
         self.tracer = StepTracer(self)
         self.dispatcher = ClosureDispatcher(self, self.tracer)
         if self.engine is not None:
@@ -158,3 +159,16 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             if queue._error is not None:  # pylint: disable=protected-access
                 queue._cancel_all_closures()  # pylint: disable=protected-access
                 queue._error = None  # pylint: disable=protected-access
+
+
+def shutdown(strategy) -> None:
+    """Stops the worker threads, the engine ticker and the closure queue of ``strategy``'s
+    coordinator (tf-hetero's or stock TF's), so nothing of a finished run keeps running beside
+    the next one. TF would stop them only when the coordinator is garbage-collected, which
+    never happens while its worker threads hold it. The strategy cannot schedule again."""
+    coordinator = getattr(strategy, "_cluster_coordinator", None)
+    if coordinator is None:
+        return
+    if isinstance(coordinator, HeteroCoordinator):
+        coordinator.stopped = True
+    coordinator._cluster.stop()  # pylint: disable=protected-access

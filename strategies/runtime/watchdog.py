@@ -50,8 +50,8 @@ def wait_bounded(coordinator, wait_step) -> None:
 
 
 def start_ticker(coordinator, period_s: float) -> threading.Thread:
-    """Ticks ``coordinator.engine`` every ``period_s`` while the coordinator exists (a weak
-    reference: the thread must not keep a finished strategy alive)."""
+    """Ticks ``coordinator.engine`` every ``period_s`` while the coordinator exists and is not
+    stopped (a weak reference: the thread must not keep a finished strategy alive)."""
     thread = threading.Thread(target=_tick_loop, args=(weakref.ref(coordinator), period_s),
                               daemon=True, name="tf-hetero-engine-tick")
     thread.start()
@@ -62,7 +62,7 @@ def _tick_loop(ref, period_s):
     while True:
         time.sleep(period_s)
         coordinator = ref()
-        if coordinator is None:
+        if coordinator is None or coordinator.stopped:
             return
         try:
             if not coordinator.engine.idle():

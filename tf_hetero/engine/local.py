@@ -84,7 +84,11 @@ class LocalAccumulation(Component):
         return lanes
 
     def staleness(self, task) -> int:
-        return int(self.mode == "pipelined")
+        """Pipelined: a buffered gradient is applied one round after its own; a task that
+        pushed everything it added (a pulled round's, or one moved off its planned worker)
+        was applied in its own round. (A buffered task before such a push on the same worker
+        in the same round also was; it is counted 1.)"""
+        return int(self.mode == "pipelined" and not task.push & PUSH_ALL)
 
     def end_of_epoch(self, book) -> bool:
         workers = self._to_drain(book)

@@ -11,14 +11,20 @@ workers, 1 for the asynchronous strategies). The stock ``tf.distribute.Parameter
 (``pss``) is always included as the reference row, and the ideal (sum of the workers'
 capacities) as the last row.
 
-Per strategy (JSON keys):
+Every row runs on one clock, from ``fit()`` being called to the last update applied (the final
+apply, a pipelined drain round or a fold-only round included); ``setup_s`` reports the part
+before the first task started. ``--repeats K`` runs every row K times, each repeat in an order
+shuffled from the seed, and reports the median and range (docs/MEASUREMENT.md).
 
-- ``samples_per_sec``: applied samples / span of the training tasks (first start to last end);
-  dropped tasks (backup workers) are not counted;
-- ``efficiency``: ``samples_per_sec`` / ideal (:mod:`tf_hetero.telemetry.perf`);
-- ``time_to_target_s``: seconds from the first task until the held-out accuracy, sampled
-  every ``eval_interval_s`` from the chief while training runs, first reaches the target
-  (``null`` if never);
+Per strategy (JSON keys of ``results``, one row per strategy: the run with the median
+samples/s, with ``spread``; every run is in ``runs``):
+
+- ``samples_per_sec``: applied samples / span; dropped tasks (backup workers) do not count;
+- ``efficiency``: ``samples_per_sec`` / the ideal of that run, the workers' capacities
+  integrated over the tasks they ran (:func:`tf_hetero.telemetry.perf.ideal_over_tasks`);
+- ``time_to_target_s``: seconds from ``fit()`` until the held-out accuracy, sampled every
+  ``eval_interval_s`` from the chief while training runs, first reaches the target (``null``
+  if never; ``eval_failures`` counts samples whose evaluation raised);
 - ``final_accuracy``, ``bytes_pushed_per_sample``, ``rounds`` (applied updates), staleness.
 
 Timings are measured, not asserted: compare rows of one run, as ratios.
@@ -30,6 +36,8 @@ import dataclasses
 import gc
 import json
 import os
+import random
+import statistics
 import threading
 import time
 
@@ -62,6 +70,8 @@ class BenchConfig:
     out_dir: str = "runs/bench"
     json_path: str | None = None
     seed: int = 0
+    #: Runs per strategy; every repeat runs all rows in an order shuffled from ``seed``.
+    repeats: int = 1
 
     def __post_init__(self):
         from tf_hetero.strategies import registry
@@ -73,7 +83,7 @@ class BenchConfig:
             names.insert(0, "pss")  # the reference row
         self.strategies = tuple(dict.fromkeys(names))
         for name in ("workers", "ps", "batch_size", "tasks", "steps_per_epoch",
-                     "steps_per_execution"):
+                     "steps_per_execution", "repeats"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"bench {name}={v!r}: need an integer >= 1.")
@@ -94,6 +104,7 @@ class _AccuracySampler:
     def __init__(self, model, x, y, interval: float):
         self.model, self.x, self.y, self.interval = model, x, y, interval
         self.samples: list[tuple[float, float]] = []
+        self.failures: list[str] = []  # evaluations that raised (reported, never hidden)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="tf-hetero-eval")
 
@@ -109,8 +120,9 @@ class _AccuracySampler:
         while not self._stop.wait(self.interval):
             try:
                 acc = self.accuracy()
-            except Exception:  # pylint: disable=broad-except
-                continue  # variables being created or the run ending: skip this sample
+            except Exception as e:  # pylint: disable=broad-except
+                self.failures.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                continue
             self.samples.append((time.perf_counter() - self.t0, acc))
 
     def stop(self):
@@ -161,16 +173,29 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
     sampler.stop()
     final = sampler.accuracy()
     sampler.samples.append((time.perf_counter() - t0, final))
+    # Nothing of this row may run beside the next one: its task logs, worker threads and
+    # engine ticker stop here (docs/MEASUREMENT.md).
+    for log in {id(x): x for x in (task_log, progress.task_log) if x is not None}.values():
+        log.detach()
+    from tf_hetero.strategies.runtime.coordinator import shutdown
+
+    shutdown(strategy)
 
     records = _task_records(strategy, task_log)
-    first_start = min(r.start for r in records)
-    span = max(r.end for r in records) - first_start
+    if sampler.failures:
+        print(f"[tf-hetero bench] {spec}: {len(sampler.failures)} accuracy evaluation(s) "
+              f"failed while training, first: {sampler.failures[0]}", flush=True)
+    # One clock for every row: from fit() being called to the last update applied.
+    rounds_applied = [r.t_applied for r in strategy.monitor.rounds] if not stock else []
+    figures = metrics.run_figures(records, t0, max(rounds_applied, default=t0),
+                                  k * cfg.batch_size)
+    steps = {w: k * sum(r.worker == w for r in records) for w in range(cfg.workers)}
+    ideal = metrics.ideal_over_tasks(cfg.batch_size, profile.base_ms, profile, steps, cfg.workers)
+    sps = figures.samples_per_sec
     applied = sum(r.applied for r in records)
-    ideal = metrics.ideal_samples_per_sec(cfg.batch_size, profile.base_ms,
-                                          profile.expected_slowdowns(cfg.workers))
-    sps = applied * k * cfg.batch_size / span
-    offset = first_start - t0  # accuracy clock starts at fit(); the task clock at task 1
-    hit = next((t - offset for t, a in sampler.samples if a >= cfg.target_accuracy), None)
+    hit = metrics.time_to_target(sampler.samples, cfg.target_accuracy)
+    first_start = min(r.start for r in records)
+    span = figures.span_s
     grad_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
     # Every micro-batch pushes its gradient once (ours into the accumulators), except with
     # local accumulation (H-PS): one push per worker per round, of the encoded size.
@@ -198,32 +223,66 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
         "applied_tasks": applied,
         "dropped_tasks": len(records) - applied,
         "fit_wall_s": fit_wall,
-        "task_span_s": span,
+        "span_s": span,  # fit() called -> last update applied
+        "setup_s": figures.setup_s,  # fit() called -> first task started (in the span)
+        "ideal_samples_per_sec": ideal,
+        "eval_failures": len(sampler.failures),
         "learning_rate": cfg.base_lr * per_update,
         **engine_figures,
         "tasks_per_worker": [sum(r.worker == w for r in records) for w in range(cfg.workers)],
-        "accuracy_curve": [(t - offset, a) for t, a in sampler.samples],
+        "accuracy_curve": list(sampler.samples),
         "timeline": [(r.worker, r.start - first_start, r.end - first_start, r.applied)
                      for r in records],
     }
     return result
 
 
+#: Figures reported as median [min-max] over repeats.
+SPREAD_KEYS = ("samples_per_sec", "efficiency", "time_to_target_s", "final_accuracy")
+
+
+def summarize(runs: list[dict], strategies) -> list[dict]:
+    """One row per strategy from its runs: the run with the median samples/s gives the row
+    (its curve and timeline), ``spread[key]`` the median and range of each figure."""
+    rows = []
+    for spec in strategies:
+        mine = sorted((r for r in runs if r["strategy"] == spec), key=lambda r: r["samples_per_sec"])
+        row = dict(mine[(len(mine) - 1) // 2])
+        row["repeats"] = len(mine)
+        row["spread"] = {k: metrics.aggregate([r[k] for r in mine]) for k in SPREAD_KEYS}
+        rows.append(row)
+    return rows
+
+
+def _cell(row: dict, key: str, fmt: str) -> str:
+    a = row["spread"][key]
+    if a["median"] is None:
+        return "not reached" if key == "time_to_target_s" else ""
+    text = format(a["median"], fmt)
+    if row["repeats"] > 1:
+        text += f" [{format(a['min'], fmt)}-{format(a['max'], fmt)}]"
+        if a["missing"]:
+            text += f" ({a['missing']} not reached)"
+    return text
+
+
 def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
+    spread = f", median [min-max] of {cfg.repeats} runs" if cfg.repeats > 1 else ""
     lines = [f"profile `{cfg.profile}`, {cfg.workers} workers / {cfg.ps} PS, model {cfg.model}, "
              f"data {cfg.dataset}, {cfg.tasks} micro-batches x {cfg.batch_size} samples "
              f"({cfg.steps_per_execution} per task), SGD lr {cfg.base_lr:g} x micro-batches per "
-             f"update, momentum {cfg.momentum:g}, target accuracy {cfg.target_accuracy}", "",
+             f"update, momentum {cfg.momentum:g}, target accuracy {cfg.target_accuracy}; "
+             f"times from fit() to the last update applied{spread}", "",
              "| strategy | samples/s | efficiency | time to target s | final accuracy | "
              "bytes pushed/sample | rounds | mean round ms | dropped tasks | tasks per worker |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
-        ttt = f"{r['time_to_target_s']:.1f}" if r["time_to_target_s"] is not None else "not reached"
         round_ms = f"{r['mean_round_ms']:.0f}" if r.get("mean_round_ms") is not None else ""
         lines.append(
-            f"| {r['strategy']} | {r['samples_per_sec']:.0f} | {r['efficiency']:.3f} | {ttt} | "
-            f"{r['final_accuracy']:.4f} | {r['bytes_pushed_per_sample']:.0f} | {r['rounds']} | "
-            f"{round_ms} | "
+            f"| {r['strategy']} | {_cell(r, 'samples_per_sec', '.0f')} | "
+            f"{_cell(r, 'efficiency', '.3f')} | {_cell(r, 'time_to_target_s', '.1f')} | "
+            f"{_cell(r, 'final_accuracy', '.4f')} | {r['bytes_pushed_per_sample']:.0f} | "
+            f"{r['rounds']} | {round_ms} | "
             f"{r['dropped_tasks']} | {'/'.join(map(str, r['tasks_per_worker']))} |")
     lines.append(f"| ideal | {ideal:.0f} | 1.000 | | | | | | | |")
     return "\n".join(lines)
@@ -243,7 +302,7 @@ def plot(results: list[dict], cfg: BenchConfig, path: str) -> str:
         curve = np.asarray(r["accuracy_curve"])
         ax.plot(curve[:, 0], curve[:, 1], label=r["strategy"])
     ax.axhline(cfg.target_accuracy, color="grey", ls=":", lw=1)
-    ax.set_xlabel("seconds since the first task")
+    ax.set_xlabel("seconds since fit() was called")
     ax.set_ylabel("held-out accuracy")
     ax.set_title(f"profile {cfg.profile}: accuracy vs wall time")
     ax.legend(loc="lower right")
@@ -272,25 +331,36 @@ def run_bench(cfg: BenchConfig) -> list[dict]:
     os.makedirs(cfg.out_dir, exist_ok=True)
     print(f"[tf-hetero bench] {', '.join(cfg.strategies)} on {cfg.workers} workers / {cfg.ps} PS, "
           f"profile {profile.spec()}", flush=True)
-    results = []
+    runs = []
     with LocalCluster(cfg.workers, cfg.ps, profile=profile, processes=True) as cluster:
-        for spec in cfg.strategies:
-            # Free the previous run's strategy, model and remote resources now, outside the
-            # timed region: collected during the next fit they stalled it (seen: +26 s).
-            t = time.perf_counter()
-            gc.collect()
-            if time.perf_counter() - t > 1.0:
-                print(f"[tf-hetero bench] cleanup took {time.perf_counter() - t:.1f}s", flush=True)
-            results.append(run_strategy(spec, cluster, cfg, profile))
-    ideal = metrics.ideal_samples_per_sec(cfg.batch_size, profile.base_ms,
-                                          profile.expected_slowdowns(cfg.workers))
+        for rep in range(cfg.repeats):
+            # A shuffled order per repeat: no row always runs first on a fresh cluster, or
+            # always after the same neighbour.
+            order = list(cfg.strategies)
+            random.Random(cfg.seed + rep).shuffle(order)
+            print(f"[tf-hetero bench] repeat {rep + 1}/{cfg.repeats}: {', '.join(order)}",
+                  flush=True)
+            for spec in order:
+                # Free the previous run's strategy, model and remote resources now, outside
+                # the timed region: collected during the next fit they stalled it (+26 s).
+                t = time.perf_counter()
+                gc.collect()
+                if time.perf_counter() - t > 1.0:
+                    print(f"[tf-hetero bench] cleanup took {time.perf_counter() - t:.1f}s",
+                          flush=True)
+                run = run_strategy(spec, cluster, cfg, profile)
+                run["repeat"] = rep
+                runs.append(run)
+    results = summarize(runs, cfg.strategies)
+    # The ideal of the run each row reports (the profile integrated over its tasks).
+    ideal = statistics.median(r["ideal_samples_per_sec"] for r in results)
     table = format_table(results, cfg, ideal)
     print("\n" + table + "\n", flush=True)
     stem = os.path.splitext(cfg.json_path)[0] if cfg.json_path else os.path.join(cfg.out_dir, "bench")
     os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
     with open(stem + ".json", "w") as f:
         json.dump({"config": dataclasses.asdict(cfg), "ideal_samples_per_sec": ideal,
-                   "results": results}, f, indent=1)
+                   "results": results, "runs": runs}, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
     plot(results, cfg, stem + ".png")

@@ -166,7 +166,7 @@ def cmd_bench(args) -> int:
                           steps_per_execution=args.steps_per_execution,
                           target_accuracy=args.target_accuracy, out_dir=args.out_dir,
                           base_lr=args.base_lr, momentum=args.momentum,
-                          json_path=args.json)
+                          json_path=args.json, repeats=args.repeats)
     except ValueError as e:
         raise _UsageError(str(e)) from None
     run_bench(cfg)
@@ -228,6 +228,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--base-lr", type=float, default=0.02,
                        help="SGD learning rate per micro-batch; x micro-batches per update")
     bench.add_argument("--momentum", type=float, default=0.9)
+    bench.add_argument("--repeats", type=int, default=1,
+                       help="runs per strategy, each repeat in a shuffled order; the table "
+                            "gives median [min-max]")
     bench.add_argument("--out-dir", default="runs/bench")
     bench.add_argument("--json", default=None, help="JSON path (.md and .png written beside it)")
     bench.set_defaults(fn=cmd_bench)
