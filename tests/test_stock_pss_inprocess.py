@@ -74,3 +74,33 @@ def test_training_reduces_loss(trained):
     loss = trained["history"]["loss"]
     assert loss[-1] < loss[0]
     assert trained["accuracy"] > 0.5
+
+
+def test_an_emulated_link_slows_stock_pss_by_the_bytes_each_step_moves(trained):
+    """Worker 1 gets a 2 MB/s link: each of its steps waits for reading every variable and
+    pushing every gradient, in series with its device time (the others' links are free)."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import tf_hetero
+
+    base_ms, mbps = 40, 2.0
+    strategy = tf.distribute.ParameterServerStrategy(trained["cluster"].resolver)
+    train = tf_hetero.data.load("digits", "train")
+    with strategy.scope():
+        model = tf_hetero.models.mlp(input_shape=train.input_shape)
+        model.compile(keras.optimizers.SGD(0.01),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    tf_hetero.emulate(model, f"base_ms={base_ms};link=1000,{mbps},1000,1000", strategy=strategy)
+    log = tf_hetero.TaskLog.for_strategy(strategy)
+    model.fit(keras.utils.experimental.DatasetCreator(
+        tf_hetero.data.dataset_fn(batch_size=BATCH, num_workers=WORKERS, data=train)),
+        epochs=1, steps_per_epoch=40, verbose=0)
+    moved = 2 * sum(w.size * 4 for w in model.get_weights())  # read all, push all (fp32)
+    link_ms = moved / (mbps * 1e6) * 1e3
+    medians = [1e3 * s.median_s for s in log.stats(WORKERS, skip_first=1)]
+    fast = float(np.median([medians[w] for w in (0, 2, 3)]))
+    # The link adds its time to worker 1's steps; the RPC overhead every step carries cancels.
+    assert medians[1] - fast == pytest.approx(link_ms, rel=0.2), (medians, link_ms)
+    assert all(m == pytest.approx(fast, rel=0.15) for m in medians[::2]), medians
+    log.detach()

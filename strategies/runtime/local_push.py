@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tf_hetero.emulation.device import finish_compute, sleep_op
+from tf_hetero.emulation.device import finish_compute, keep_gradient_local, sleep_op
 from tf_hetero.engine import PUSH_ALL, PUSH_OLD
 from tf_hetero.strategies.runtime import quantize
 from tf_hetero.strategies.runtime.accumulate import current_worker, decode_code, dense
@@ -72,6 +72,7 @@ class LocalBuffers:
 
     def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
         """In a task: buffer this micro-batch's gradient; push if the code's flags say so."""
+        keep_gradient_local()  # an emulated link charges the pushes below, not every step
         grads = [None] * len(self.sums)
         for g, v in grads_and_vars:
             grads[self.acc.index_of(v)] = tf.cast(dense(g), self.sums[0].dtype)

@@ -36,9 +36,9 @@ from tensorflow.python.data.experimental.ops import testing as _data_testing
 
 from tf_hetero.emulation.profile import Profile
 
-__all__ = ["emulate", "EmulatedDevice", "sleep_op", "finish_compute"]
+__all__ = ["emulate", "EmulatedDevice", "sleep_op", "finish_compute", "keep_gradient_local"]
 
-_trace = threading.local()  # the emulated step being traced: (start, budget_us, sleeps)
+_trace = threading.local()  # the emulated step being traced: (start, budget_us, sleeps, flags)
 
 
 def finish_compute(after) -> "tf.Tensor | None":
@@ -50,7 +50,7 @@ def finish_compute(after) -> "tf.Tensor | None":
     step = getattr(_trace, "step", None)
     if step is None:
         return None
-    start, budget_us, sleeps = step
+    start, budget_us, sleeps, _ = step
     with tf.control_dependencies(list(after)):
         elapsed_us = tf.cast((tf.timestamp() - start) * 1e6, tf.int64)
         slept = sleep_op(tf.maximum(budget_us - elapsed_us, 0))
@@ -80,6 +80,10 @@ class EmulatedDevice:
     def __init__(self, profile: Profile, num_workers: int):
         self.profile = profile
         self.num_workers = num_workers
+        # Emulated worker<->PS link, microseconds per byte per worker (0: a free network).
+        link = profile.link_us_per_byte(num_workers) if profile.link_mbps else (0.0,) * num_workers
+        self._link_us_per_byte = tf.constant(link, tf.float64)
+        self.emulated_link = any(link)
         const = np.asarray(profile.constant_slowdowns(num_workers), np.float64)
         change_at, change_factor = profile.change_vectors(num_workers)
         self._const = tf.constant(const, tf.float64)
@@ -103,17 +107,38 @@ class EmulatedDevice:
         """How many tasks each worker has run (read from the workers)."""
         return [int(v.numpy()) for v in self.task_counter.read_all()]
 
-    def wrap(self, step_fn):
-        """Wraps a ``train_step(data)`` so it lasts its emulated device time on the worker."""
+    def link_microseconds(self, num_bytes: int) -> tf.Tensor:
+        """Time ``num_bytes`` take on the current worker's emulated link (int64 us)."""
+        w = tf.distribute.coordinator.experimental_get_current_worker_index()
+        return tf.cast(tf.round(self._link_us_per_byte[w] * float(num_bytes)), tf.int64)
+
+    def wrap(self, step_fn, model=None):
+        """Wraps a ``train_step(data)`` so it lasts its emulated time on the worker: device
+        time, plus, over an emulated link (profile ``link=``), the time its variable reads
+        and its gradient push take on the worker's link.
+
+        Every strategy pays the same link (docs/MEASUREMENT.md): a step reads every variable
+        of ``model`` from the PS before it computes, and pushes one gradient per trainable
+        variable after, unless the step keeps its gradient on the worker (H-PS local
+        accumulation, :func:`keep_gradient_local`), whose pushes pay the link where they
+        happen instead. The link time is added in series with the device time: a step
+        cannot compute before its weights arrived, nor send its gradient before computing.
+        """
+        model = model if model is not None else getattr(step_fn, "__self__", None)
 
         def emulated_step(data):
             start = tf.timestamp()
             with tf.control_dependencies([start]):
                 data = tf.nest.map_structure(tf.identity, data)
             budget_us = self.device_microseconds()
+            if self.emulated_link and model is not None:
+                budget_us += self.link_microseconds(_bytes(model.variables))
             sleeps = []  # made by finish_compute() while step_fn is traced
-            with _tracing(start, budget_us, sleeps):
+            flags = {"local": False}  # set by keep_gradient_local() while step_fn is traced
+            with _tracing(start, budget_us, sleeps, flags):
                 logs = step_fn(data)
+            if self.emulated_link and model is not None and not flags["local"]:
+                budget_us += self.link_microseconds(_bytes(model.trainable_variables))
             graph = tf.compat.v1.get_default_graph()
             # After an early sleep, not beside it: two sleeps at once would hold two of the
             # worker's inter-op threads (measured: a fifth of the tasks ran ~60% long).
@@ -127,10 +152,22 @@ class EmulatedDevice:
         return emulated_step
 
 
+def keep_gradient_local() -> None:
+    """Called while a step is traced under :func:`emulate`: this step's gradient stays on its
+    worker (no per-step push over the emulated link; H-PS buffers)."""
+    step = getattr(_trace, "step", None)
+    if step is not None:
+        step[3]["local"] = True
+
+
+def _bytes(variables) -> int:
+    return int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
+
+
 @contextlib.contextmanager
-def _tracing(start, budget_us, sleeps):
+def _tracing(start, budget_us, sleeps, flags):
     previous = getattr(_trace, "step", None)
-    _trace.step = (start, budget_us, sleeps)
+    _trace.step = (start, budget_us, sleeps, flags)
     try:
         yield
     finally:
@@ -157,7 +194,7 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
         num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
     with strategy.scope():
         device = EmulatedDevice(profile, num_workers)
-    model.train_step = device.wrap(model.train_step)
+    model.train_step = device.wrap(model.train_step, model)
     if profile.link_mbps:  # read by strategies that push over the emulated link (H-PS)
         strategy.link_us_per_byte = profile.link_us_per_byte(num_workers)
     # A function traced before the wrap would not sleep: retrace on the next fit.

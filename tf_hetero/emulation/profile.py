@@ -26,9 +26,10 @@ Inline spec grammar (items separated by ``;``)::
     change=3@200:4         worker 3 runs at 4x from its task 200 on (repeatable, comma list)
     seed=0                 seed of the straggler draws
     horizon=4096           straggler draws per worker before they repeat
-    link=8                 emulated worker->PS link, MB/s (one value: every worker; or
-                           one per worker, link=8,8,8,2); delays each push by bytes / rate
-                           (strategies that push once per round: HPSStrategy)
+    link=8                 emulated worker<->PS link, MB/s (one value: every worker; or
+                           one per worker, link=8,8,8,2): every strategy's steps wait
+                           bytes / rate for their variable reads and gradient pushes
+                           (H-PS: for each push of its buffer, where it happens)
 
 A JSON file holds the same keys: ``{"base_ms": 100, "slowdowns": [1, 1, 1, 4],
 "straggle": {"p": 0.1, "k": 5}, "classes": [{"name": "k80", "count": 1, "slowdown": 4}],
@@ -53,7 +54,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 

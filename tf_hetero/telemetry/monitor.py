@@ -17,7 +17,7 @@ Policies with figures of their own add them with :meth:`Monitor.add_summary`.
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 import threading
 import time
 
@@ -70,7 +70,10 @@ class Monitor:
             self.rounds.append(RoundRecord(
                 rnd.id, rnd.t_open, rnd.t_close, rnd.t_applied, len(rnd.tasks), dict(rnd.lanes),
                 rnd.applied, dict(rnd.info), {k: w for k, (_, w) in rnd.folds.items()},
-                str(rnd.kind), rnd.book))
+                str(rnd.kind), rnd.book,
+                dict(collections.Counter(w for w in (getattr(t, "worker", None) for t in rnd.tasks)
+                                         if w is not None)),
+                len(rnd.copies)))
 
     def record_push(self, t: float | None = None) -> None:
         """One push of ``bytes_per_push`` bytes (local accumulation) finished."""

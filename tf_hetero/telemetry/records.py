@@ -39,7 +39,9 @@ class RoundRecord:
     ``kind``: ``"train"``, ``"drain"`` (push-only, H-PS) or ``"fold"`` (late gradients only,
     EPSP slack); ``book``: the worker group whose round it is; ``lanes``: micro-batches per
     accumulator lane; ``applied``: micro-batches the apply reported; ``info``: what the
-    policies decided (a log); ``folds``: late lanes folded in, with their weight."""
+    policies decided (a log); ``folds``: late lanes folded in, with their weight;
+    ``workers``: the round's tasks per worker that ran them; ``copies``: task-transfer
+    copies made in it."""
 
     id: int
     t_open: float
@@ -52,6 +54,8 @@ class RoundRecord:
     folds: dict = dataclasses.field(default_factory=dict)
     kind: str = "train"
     book: int = 0
+    workers: dict = dataclasses.field(default_factory=dict)
+    copies: int = 0
 
     @property
     def training(self) -> bool:
