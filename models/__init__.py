@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["mlp", "cnn", "build", "MODELS"]
+__all__ = ["mlp", "cnn", "cnn1d", "build", "MODELS"]
 
 
 def _init(seed: int, layer: int):
@@ -54,11 +54,25 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), num_classes: int = 10,
     return keras.Sequential(layers, name="cnn")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn}
+def cnn1d(input_shape: Sequence[int] = (40, 1), num_classes: int = 10,
+          filters: Sequence[int] = (25, 25, 25), kernel: int = 5, seed: int = 0):
+    """A small 1-D CNN for MNIST-1D (after Greydanus 2020): strided 1-D convolutions, logits."""
+    import tf_keras as keras
+
+    layers = [keras.layers.InputLayer(input_shape=tuple(input_shape))]
+    for i, f in enumerate(filters):
+        layers.append(keras.layers.Conv1D(f, kernel, strides=2, padding="same",
+                                          activation="relu", kernel_initializer=_init(seed, i)))
+    layers += [keras.layers.Flatten(),
+               keras.layers.Dense(num_classes, kernel_initializer=_init(seed, len(filters)))]
+    return keras.Sequential(layers, name="cnn1d")
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "cnn1d": cnn1d}
 
 
 def build(name: str, **kwargs):
-    """Builds a reference model by name (``"mlp"`` or ``"cnn"``)."""
+    """Builds a reference model by name (``"mlp"``, ``"cnn"`` or ``"cnn1d"``)."""
     try:
         return MODELS[name](**kwargs)
     except KeyError:

@@ -33,8 +33,35 @@ def digits():
     return data.load("digits", "train"), data.load("digits", "test")
 
 
-def test_digits_is_the_offline_data_set():
-    assert OFFLINE_DATASETS == ("digits",)
+def test_digits_and_mnist1d_are_the_offline_data_sets():
+    assert OFFLINE_DATASETS == ("digits", "mnist1d")
+
+
+def test_mnist1d_is_generated_offline_with_4000_train_and_1000_test_signals(monkeypatch):
+    import requests
+
+    def no_network(*a, **k):
+        raise AssertionError("mnist1d must be generated, not downloaded")
+
+    monkeypatch.setattr(requests, "get", no_network)
+    train, test = data.load("mnist1d", "train"), data.load("mnist1d", "test")
+    assert train.x.shape == (4000, 40, 1) and test.x.shape == (1000, 40, 1)
+    assert train.x.dtype == np.float32 and train.y.dtype == np.int64
+    assert set(np.unique(train.y)) == set(range(10)) and train.num_classes == 10
+    np.testing.assert_array_equal(data.load("mnist1d", "train").x, train.x)  # reproducible
+
+
+def test_cnn1d_fits_mnist1d_and_learns_it():
+    import tf_keras as keras
+
+    train, test = data.load("mnist1d", "train"), data.load("mnist1d", "test")
+    model = models.build("cnn1d", input_shape=train.input_shape, seed=0)
+    assert model.output_shape == (None, 10)
+    model.compile(keras.optimizers.Adam(3e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(train.x, train.y, batch_size=64, epochs=3, verbose=0)
+    assert model.evaluate(test.x, test.y, verbose=0)[1] > 0.3  # chance is 0.1
 
 
 def test_digits_splits_have_1437_train_and_360_test_examples(digits):
@@ -92,7 +119,7 @@ def test_unknown_tfds_name_raises_runtime_error_naming_offline_data_sets(monkeyp
     monkeypatch.setattr(tfds, "load", fail)
     with pytest.raises(RuntimeError, match=r"^Could not load tensorflow-datasets data set 'nope' "
                                            r"\(ValueError: no data set nope\)\. It needs internet "
-                                           r"the first time; offline, use one of \('digits',\)\.$"
+                                           r"the first time; offline, use one of \('digits', 'mnist1d'\)\.$"
                        ) as info:
         data.load("nope", "train")
     assert isinstance(info.value.__cause__, ValueError)
@@ -236,13 +263,13 @@ def test_build_passes_keyword_arguments():
     assert models.build("cnn", num_classes=3).output_shape == (None, 3)
 
 
-def test_models_registry_names_mlp_and_cnn():
-    assert sorted(models.MODELS) == ["cnn", "mlp"]
+def test_models_registry_names_mlp_cnn_and_cnn1d():
+    assert sorted(models.MODELS) == ["cnn", "cnn1d", "mlp"]
 
 
 def test_build_rejects_unknown_model_naming_the_choices():
     with pytest.raises(ValueError, match=r"^Unknown model 'nope'\. Fix: use one of "
-                                         r"\['cnn', 'mlp'\]\.$"):
+                                         r"\['cnn', 'cnn1d', 'mlp'\]\.$"):
         models.build("nope")
 
 

@@ -3,6 +3,10 @@
 - ``"digits"`` (the offline default): the UCI handwritten digits (scikit-learn's
   ``load_digits``: 1,797 8x8 grey images, 10 classes), shipped inside the package, so demos and
   tests need no network. Split once with a fixed seed into 1,437 train / 360 test images.
+- ``"mnist1d"`` (offline): MNIST-1D (Greydanus 2020), 1-D signals of length 40 in 10
+  classes, generated procedurally by the ``mnist1d`` package with its default arguments
+  (seed 42: 4,000 train / 1,000 test), no download. Harder than digits, and its useful batch
+  size is larger: a problem where synchronous rounds are not beaten on samples alone.
 - any tensorflow-datasets name with ``image`` and ``label`` features (``"mnist"``,
   ``"cifar10"``, ...), loaded with ``tfds.load``: needs internet the first time (Colab).
 
@@ -18,6 +22,7 @@ function shards by ``experimental_get_current_worker_index()``: each worker read
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Callable
 
@@ -25,14 +30,15 @@ import numpy as np
 
 __all__ = ["Split", "load", "dataset_fn", "OFFLINE_DATASETS"]
 
-OFFLINE_DATASETS = ("digits",)
+OFFLINE_DATASETS = ("digits", "mnist1d")
 _DIGITS_PATH = os.path.join(os.path.dirname(__file__), "resources", "digits.npz")
 _DIGITS_TEST = 360
 
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """One split as arrays: images scaled to [0, 1] (N, H, W, C) and integer labels (N,)."""
+    """One split as arrays: inputs (images scaled to [0, 1] as (N, H, W, C); MNIST-1D signals
+    as (N, 40, 1)) and integer labels (N,)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -55,12 +61,28 @@ def _digits(split: str) -> Split:
     return Split(x[idx], y[idx])
 
 
+@functools.lru_cache(maxsize=1)
+def _mnist1d_arrays() -> dict:
+    # Generated, not downloaded (get_dataset() would fetch a pickle): ~3-5 s, once a process.
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    return make_dataset(get_dataset_args())
+
+
+def _mnist1d(split: str) -> Split:
+    d = _mnist1d_arrays()
+    x, y = (d["x"], d["y"]) if split == "train" else (d["x_test"], d["y_test"])
+    return Split(x.astype(np.float32)[..., None], y.astype(np.int64))
+
+
 def load(name: str = "digits", split: str = "train") -> Split:
     """Loads a whole split as arrays (``split`` is ``"train"`` or ``"test"``)."""
     if split not in ("train", "test"):
         raise ValueError(f"split={split!r}: use 'train' or 'test'.")
     if name == "digits":
         return _digits(split)
+    if name == "mnist1d":
+        return _mnist1d(split)
     import tensorflow_datasets as tfds
 
     try:

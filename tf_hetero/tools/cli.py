@@ -161,7 +161,8 @@ def cmd_bench(args) -> int:
 
     try:
         cfg = BenchConfig(strategies=tuple(args.strategies.split(",")), workers=args.workers,
-                          ps=args.ps, profile=args.profile, model=args.model, tasks=args.tasks,
+                          ps=args.ps, profile=args.profile, model=args.model,
+                          dataset=args.dataset, tasks=args.tasks,
                           steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
                           steps_per_execution=args.steps_per_execution,
                           target_accuracy=args.target_accuracy, out_dir=args.out_dir,
@@ -219,6 +220,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--ps", type=int, default=2)
     bench.add_argument("--profile", default="slow=3:4")
     bench.add_argument("--model", default="mlp", choices=sorted(models.MODELS))
+    bench.add_argument("--dataset", default="digits",
+                       help="offline: digits (quick), mnist1d (with --model cnn1d: batch size "
+                            "matters); or a tensorflow-datasets name (needs internet)")
     bench.add_argument("--tasks", type=int, default=400, help="sample budget in micro-batches")
     bench.add_argument("--steps-per-epoch", type=int, default=100)
     bench.add_argument("--batch-size", type=int, default=32)
