@@ -88,3 +88,47 @@ def test_registry_parses_numbered_presets_and_rejects_numbers_where_none_belong(
     assert registry.updates_per_round("ssp2", 4) == 1
     with pytest.raises(ValueError, match=r"^Strategy 'bsp' takes no number; received 'bsp3'"):
         registry.parse("bsp3")
+
+
+def test_scenarios_load_with_their_defaults_and_refuse_unknown_names(tmp_path):
+    from tf_hetero.tools.scenarios import SCENARIO_DEFAULTS, load_scenarios
+
+    (tmp_path / "a.json").write_text('{"description": "x", "profile": "slow=1:2", "workers": 2}')
+    (tmp_path / "b.json").write_text('{"profile": "straggle=0.1x5"}')
+    both = load_scenarios("all", str(tmp_path))
+    assert [s.name for s in both] == ["a", "b"]
+    cfg = both[0].config(strategies=("bsp",), repeats=2)
+    assert (cfg.workers, cfg.profile, cfg.repeats, cfg.strategies) == (2, "slow=1:2", 2,
+                                                                        ("pss", "bsp"))
+    assert (cfg.dataset, cfg.model, cfg.tasks) == (SCENARIO_DEFAULTS["dataset"],
+                                                   SCENARIO_DEFAULTS["model"],
+                                                   SCENARIO_DEFAULTS["tasks"])
+    with pytest.raises(ValueError, match=r"unknown scenario\(s\) \['c'\].*a, b"):
+        load_scenarios("a,c", str(tmp_path))
+    (tmp_path / "bad.json").write_text('{"profile": "slow=1:2", "workerz": 3}')
+    with pytest.raises(ValueError, match=r"bad.json: unknown key\(s\) \['workerz'\]"):
+        load_scenarios("bad", str(tmp_path))
+    (tmp_path / "bad.json").write_text('{"profile": "slow=5:2", "workers": 2}')
+    with pytest.raises(ValueError, match="names worker 5"):  # checked before any cluster starts
+        load_scenarios("bad", str(tmp_path))
+
+
+def test_the_shipped_scenarios_are_valid():
+    from conftest import REPO
+    from tf_hetero.tools.scenarios import load_scenarios
+
+    names = [s.name for s in load_scenarios("all", os.path.join(REPO, "benchmarks", "scenarios"))]
+    assert {"one_slow", "classes", "transient", "midrun", "workers8", "workers16",
+            "slow_link"} <= set(names)
+
+
+def test_summary_table_gives_time_to_target_relative_to_stock_pss():
+    from tf_hetero.tools.scenarios import summary_table
+
+    table = summary_table({
+        "one_slow": [{"strategy": "pss", "time_to_target_s": 10.0},
+                     {"strategy": "bsp", "time_to_target_s": 25.0}],
+        "midrun": [{"strategy": "pss", "time_to_target_s": 12.0},
+                   {"strategy": "bsp", "time_to_target_s": 8.0}]})
+    assert "| strategy | one_slow | midrun |" in table
+    assert "| bsp | 0.40 | 1.50 |" in table and "| pss | 1.00 (10.0 s) | 1.00 (12.0 s) |" in table

@@ -22,6 +22,7 @@ PURE = [
     "tf_hetero.telemetry.tasklog",
     "tf_hetero.cluster.tf_config", "tf_hetero.emulation.profile",
     "tf_hetero.strategies.registry", "tf_hetero.strategies.runtime.tags",
+    "tf_hetero.tools.scenarios",
 ]
 #: Modules whose examples need TensorFlow (imported, no cluster).
 WITH_TF = ["tf_hetero", "tf_hetero.strategies.presets",

@@ -158,19 +158,28 @@ def cmd_demo(args) -> int:
 
 def cmd_bench(args) -> int:
     from tf_hetero.tools.bench import BenchConfig, run_bench
+    from tf_hetero.tools.scenarios import load_scenarios, run_scenarios
 
+    strategies = tuple(args.strategies.split(","))
     try:
-        cfg = BenchConfig(strategies=tuple(args.strategies.split(",")), workers=args.workers,
-                          ps=args.ps, profile=args.profile, model=args.model,
-                          dataset=args.dataset, tasks=args.tasks,
-                          steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
-                          steps_per_execution=args.steps_per_execution,
-                          target_accuracy=args.target_accuracy, out_dir=args.out_dir,
-                          base_lr=args.base_lr, momentum=args.momentum,
-                          json_path=args.json, repeats=args.repeats)
+        if args.scenario:
+            scenarios = load_scenarios(args.scenario, args.scenario_dir)
+        else:
+            cfg = BenchConfig(strategies=strategies, workers=args.workers,
+                              ps=args.ps, profile=args.profile, model=args.model,
+                              dataset=args.dataset, tasks=args.tasks,
+                              steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
+                              steps_per_execution=args.steps_per_execution,
+                              target_accuracy=args.target_accuracy, out_dir=args.out_dir,
+                              base_lr=args.base_lr, momentum=args.momentum,
+                              json_path=args.json, repeats=args.repeats)
     except ValueError as e:
         raise _UsageError(str(e)) from None
-    run_bench(cfg)
+    if args.scenario:
+        run_scenarios(scenarios, os.path.join(args.out_dir, "scenarios"),
+                      strategies=strategies, repeats=args.repeats)
+    else:
+        run_bench(cfg)
     _exit_without_tf_teardown(0)
 
 
@@ -232,6 +241,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--base-lr", type=float, default=0.02,
                        help="SGD learning rate per micro-batch; x micro-batches per update")
     bench.add_argument("--momentum", type=float, default=0.9)
+    bench.add_argument("--scenario", default=None,
+                       help="a named scenario of --scenario-dir (comma list, or 'all'): its "
+                            "file sets the cluster, profile, data and budget; --strategies, "
+                            "--repeats and --out-dir still apply")
+    bench.add_argument("--scenario-dir", default=os.path.join("benchmarks", "scenarios"))
     bench.add_argument("--repeats", type=int, default=1,
                        help="runs per strategy, each repeat in a shuffled order; the table "
                             "gives median [min-max]")
