@@ -47,6 +47,7 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
 
 def _run(strategy, sps, ttt, repeat=0):
     return {"strategy": strategy, "samples_per_sec": sps, "efficiency": sps / 1000,
+            "learning_rate": 0.02,
             "time_to_target_s": ttt, "final_accuracy": 0.9, "repeat": repeat,
             "bytes_pushed_per_sample": 10.0, "rounds": 5, "dropped_tasks": 0,
             "tasks_per_worker": [1, 1]}
@@ -64,8 +65,8 @@ def test_summary_takes_the_median_run_and_reports_the_range():
     assert rows[0]["spread"]["time_to_target_s"]["median"] == 3.0  # one run never reached it
     assert rows[1]["spread"]["time_to_target_s"]["median"] is None  # most runs never did
     table = format_table(rows, BenchConfig(strategies=("bsp",), repeats=3), 1000.0)
-    assert "| pss | 200 [100-300] | 0.200 [0.100-0.300] | 3.0 [2.0-4.0] (1 not reached) |" in table
-    assert "| bsp | 55 [50-60] |" in table and "| not reached |" in table
+    assert "| pss | 0.02 | 200 [100-300] | 0.200 [0.100-0.300] | 3.0 [2.0-4.0] (1 not reached) |" in table
+    assert "| bsp | 0.02 | 55 [50-60] |" in table and "| not reached |" in table
 
 
 def test_bench_config_rejects_unknown_strategy_and_adds_the_reference():
@@ -132,3 +133,21 @@ def test_summary_table_gives_time_to_target_relative_to_stock_pss():
                    {"strategy": "bsp", "time_to_target_s": 8.0}]})
     assert "| strategy | one_slow | midrun |" in table
     assert "| bsp | 0.40 | 1.50 |" in table and "| pss | 1.00 (10.0 s) | 1.00 (12.0 s) |" in table
+
+
+def test_lr_grid_reports_each_strategy_at_its_best_non_diverged_rate():
+    from tf_hetero.tools.bench import BenchConfig, format_table, summarize
+
+    def run(factor, ttt, acc):
+        r = _run("bsp", 100.0, ttt)
+        r.update(lr_factor=factor, learning_rate=0.08 * factor, final_accuracy=acc)
+        return r
+
+    runs = [run(0.5, 12.0, 0.95), run(1.0, 8.0, 0.96), run(2.0, 5.0, 0.09)]  # 2x diverged
+    (row,) = summarize(runs, ("bsp",), num_classes=10)
+    assert row["lr_factor"] == 1.0 and row["learning_rate"] == 0.08
+    assert row["lr_grid"] == {0.5: 12.0, 1.0: 8.0, 2.0: 5.0}
+    table = format_table([row], BenchConfig(strategies=("bsp",), lr_factors=(0.5, 1, 2)), 1e3)
+    assert "| bsp | 0.08 |" in table and "best lr of 0.5, 1, 2 x the rule" in table
+    with pytest.raises(ValueError, match=r"lr_factors=\(\): need factors > 0"):
+        BenchConfig(strategies=("bsp",), lr_factors=())

@@ -72,6 +72,12 @@ class BenchConfig:
     seed: int = 0
     #: Runs per strategy; every repeat runs all rows in an order shuffled from ``seed``.
     repeats: int = 1
+    #: Learning rates tried per strategy, as factors of the linear rule; the table reports
+    #: each strategy at its best (``--lr-grid``: 0.5, 1, 2).
+    lr_factors: tuple = (1.0,)
+    #: Updates over which the learning rate ramps up linearly (Goyal et al.) for strategies
+    #: whose update averages more than one micro-batch; 0: none.
+    warmup_updates: int = 0
 
     def __post_init__(self):
         from tf_hetero.strategies import registry
@@ -93,6 +99,11 @@ class BenchConfig:
         if self.tasks % self.steps_per_epoch:
             raise ValueError(f"bench tasks={self.tasks} must be a multiple of "
                              f"steps_per_epoch={self.steps_per_epoch}.")
+        self.lr_factors = tuple(float(f) for f in self.lr_factors)
+        if not self.lr_factors or not all(f > 0 for f in self.lr_factors):
+            raise ValueError(f"lr_factors={self.lr_factors!r}: need factors > 0.")
+        if not isinstance(self.warmup_updates, int) or self.warmup_updates < 0:
+            raise ValueError(f"warmup_updates={self.warmup_updates!r}: need an integer >= 0.")
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy={self.target_accuracy!r}: need 0 < t <= 1.")
         Profile.parse(self.profile).check_workers(self.workers)
@@ -136,8 +147,37 @@ def _task_records(strategy, task_log):
     return task_log.records if task_log is not None else list(strategy.monitor.tasks)
 
 
-def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict:
-    """Trains once under ``spec`` and measures it."""
+def learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
+    """The SGD learning rate of a row: ``base_lr x micro-batches per update x factor``, ramped
+    up over ``warmup_updates`` updates when an update averages several micro-batches.
+
+    >>> learning_rate(BenchConfig(strategies=("bsp",)), 4)
+    0.08
+    >>> lr = learning_rate(BenchConfig(strategies=("bsp",), warmup_updates=4), 4)
+    >>> [round(float(lr(step)), 3) for step in (0, 1, 3, 10)]
+    [0.02, 0.04, 0.08, 0.08]
+    """
+    peak = cfg.base_lr * per_update * factor
+    if cfg.warmup_updates <= 1 or per_update <= 1:
+        return peak
+    import tf_keras as keras
+
+    class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            import tensorflow as tf
+
+            ramp = tf.cast(step + 1, tf.float32) / float(cfg.warmup_updates)
+            return peak * tf.minimum(1.0, ramp)
+
+        def get_config(self):
+            return {"peak": peak, "warmup_updates": cfg.warmup_updates}
+
+    return WarmUp()
+
+
+def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
+                 lr_factor: float = 1.0) -> dict:
+    """Trains once under ``spec`` at ``lr_factor`` x the linear rule and measures it."""
     import tf_keras as keras
 
     import tf_hetero
@@ -152,7 +192,8 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
     with strategy.scope():
         model = models.build(cfg.model, input_shape=train.input_shape,
                              num_classes=train.num_classes, seed=cfg.seed)
-        model.compile(keras.optimizers.SGD(cfg.base_lr * per_update, momentum=cfg.momentum),
+        model.compile(keras.optimizers.SGD(learning_rate(cfg, per_update, lr_factor),
+                                           momentum=cfg.momentum),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       steps_per_execution=k)
     tf_hetero.emulate(model, profile, strategy=strategy)
@@ -162,7 +203,9 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=cfg.workers,
                                seed=cfg.seed, data=train)
     print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
-          f"lr {cfg.base_lr * per_update:g}", flush=True)
+          f"lr {cfg.base_lr * per_update * lr_factor:g}"
+          f"{f' (warm-up {cfg.warmup_updates} updates)' if cfg.warmup_updates > 1 and per_update > 1 else ''}",
+          flush=True)
     t0 = time.perf_counter()
     sampler.start(t0)
     progress = tf_hetero.Progress(5.0, task_log=task_log or TaskLog.for_strategy(strategy))
@@ -227,7 +270,8 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
         "setup_s": figures.setup_s,  # fit() called -> first task started (in the span)
         "ideal_samples_per_sec": ideal,
         "eval_failures": len(sampler.failures),
-        "learning_rate": cfg.base_lr * per_update,
+        "learning_rate": cfg.base_lr * per_update * lr_factor,
+        "lr_factor": lr_factor,
         **engine_figures,
         "tasks_per_worker": [sum(r.worker == w for r in records) for w in range(cfg.workers)],
         "accuracy_curve": list(sampler.samples),
@@ -241,16 +285,31 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile) -> dict
 SPREAD_KEYS = ("samples_per_sec", "efficiency", "time_to_target_s", "final_accuracy")
 
 
-def summarize(runs: list[dict], strategies) -> list[dict]:
-    """One row per strategy from its runs: the run with the median samples/s gives the row
-    (its curve and timeline), ``spread[key]`` the median and range of each figure."""
+def summarize(runs: list[dict], strategies, num_classes: int = 10) -> list[dict]:
+    """One row per strategy: at each learning-rate factor, the run with the median
+    samples/s stands for its runs (``spread[key]``: median and range of each figure); the
+    row is the factor with the best median time to target (then final accuracy), among
+    factors that did not diverge (final accuracy above 1.5x chance, in every run)."""
     rows = []
     for spec in strategies:
-        mine = sorted((r for r in runs if r["strategy"] == spec), key=lambda r: r["samples_per_sec"])
-        row = dict(mine[(len(mine) - 1) // 2])
-        row["repeats"] = len(mine)
-        row["spread"] = {k: metrics.aggregate([r[k] for r in mine]) for k in SPREAD_KEYS}
-        rows.append(row)
+        candidates = []
+        for factor in sorted({r.get("lr_factor", 1.0) for r in runs if r["strategy"] == spec}):
+            mine = sorted((r for r in runs if r["strategy"] == spec
+                           and r.get("lr_factor", 1.0) == factor),
+                          key=lambda r: r["samples_per_sec"])
+            row = dict(mine[(len(mine) - 1) // 2])
+            row["repeats"] = len(mine)
+            row["spread"] = {k: metrics.aggregate([r[k] for r in mine]) for k in SPREAD_KEYS}
+            row["diverged"] = any(r["final_accuracy"] <= 1.5 / num_classes for r in mine)
+            candidates.append(row)
+        ttt = [c["spread"]["time_to_target_s"]["median"] for c in candidates]
+        grid = {c.get("lr_factor", 1.0): t for c, t in zip(candidates, ttt)}
+        ok = [c for c in candidates if not c["diverged"]] or candidates
+        best = min(ok, key=lambda c: (c["spread"]["time_to_target_s"]["median"] is None,
+                                      c["spread"]["time_to_target_s"]["median"] or 0.0,
+                                      -c["spread"]["final_accuracy"]["median"]))
+        best["lr_grid"] = grid
+        rows.append(best)
     return rows
 
 
@@ -268,23 +327,29 @@ def _cell(row: dict, key: str, fmt: str) -> str:
 
 def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
     spread = f", median [min-max] of {cfg.repeats} runs" if cfg.repeats > 1 else ""
+    if len(cfg.lr_factors) > 1:
+        spread += (f"; each strategy at its best lr of {', '.join(f'{f:g}' for f in cfg.lr_factors)}"
+                   " x the rule")
+    if cfg.warmup_updates > 1:
+        spread += f"; lr warm-up over {cfg.warmup_updates} updates for multi-micro-batch updates"
     lines = [f"profile `{cfg.profile}`, {cfg.workers} workers / {cfg.ps} PS, model {cfg.model}, "
              f"data {cfg.dataset}, {cfg.tasks} micro-batches x {cfg.batch_size} samples "
              f"({cfg.steps_per_execution} per task), SGD lr {cfg.base_lr:g} x micro-batches per "
              f"update, momentum {cfg.momentum:g}, target accuracy {cfg.target_accuracy}; "
              f"times from fit() to the last update applied{spread}", "",
-             "| strategy | samples/s | efficiency | time to target s | final accuracy | "
+             "| strategy | lr | samples/s | efficiency | time to target s | final accuracy | "
              "bytes pushed/sample | rounds | mean round ms | dropped tasks | tasks per worker |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         round_ms = f"{r['mean_round_ms']:.0f}" if r.get("mean_round_ms") is not None else ""
         lines.append(
-            f"| {r['strategy']} | {_cell(r, 'samples_per_sec', '.0f')} | "
+            f"| {r['strategy']}{' (diverged)' if r.get('diverged') else ''} | "
+            f"{r['learning_rate']:g} | {_cell(r, 'samples_per_sec', '.0f')} | "
             f"{_cell(r, 'efficiency', '.3f')} | {_cell(r, 'time_to_target_s', '.1f')} | "
             f"{_cell(r, 'final_accuracy', '.4f')} | {r['bytes_pushed_per_sample']:.0f} | "
             f"{r['rounds']} | {round_ms} | "
             f"{r['dropped_tasks']} | {'/'.join(map(str, r['tasks_per_worker']))} |")
-    lines.append(f"| ideal | {ideal:.0f} | 1.000 | | | | | | | |")
+    lines.append(f"| ideal | | {ideal:.0f} | 1.000 | | | | | | | |")
     return "\n".join(lines)
 
 
@@ -341,17 +406,21 @@ def run_bench(cfg: BenchConfig) -> list[dict]:
             print(f"[tf-hetero bench] repeat {rep + 1}/{cfg.repeats}: {', '.join(order)}",
                   flush=True)
             for spec in order:
-                # Free the previous run's strategy, model and remote resources now, outside
-                # the timed region: collected during the next fit they stalled it (+26 s).
-                t = time.perf_counter()
-                gc.collect()
-                if time.perf_counter() - t > 1.0:
-                    print(f"[tf-hetero bench] cleanup took {time.perf_counter() - t:.1f}s",
-                          flush=True)
-                run = run_strategy(spec, cluster, cfg, profile)
-                run["repeat"] = rep
-                runs.append(run)
-    results = summarize(runs, cfg.strategies)
+                for factor in cfg.lr_factors:
+                    # Free the previous run's strategy, model and remote resources now,
+                    # outside the timed region: collected during the next fit they stalled
+                    # it (+26 s).
+                    t = time.perf_counter()
+                    gc.collect()
+                    if time.perf_counter() - t > 1.0:
+                        print(f"[tf-hetero bench] cleanup took {time.perf_counter() - t:.1f}s",
+                              flush=True)
+                    run = run_strategy(spec, cluster, cfg, profile, factor)
+                    run["repeat"] = rep
+                    runs.append(run)
+    from tf_hetero import data
+
+    results = summarize(runs, cfg.strategies, data.load(cfg.dataset, "test").num_classes)
     # The ideal of the run each row reports (the profile integrated over its tasks).
     ideal = statistics.median(r["ideal_samples_per_sec"] for r in results)
     table = format_table(results, cfg, ideal)

@@ -156,6 +156,10 @@ def cmd_demo(args) -> int:
     _exit_without_tf_teardown(0)
 
 
+#: ``--lr-grid``: learning rates tried per strategy, as factors of the linear rule.
+LR_GRID = (0.5, 1.0, 2.0)
+
+
 def cmd_bench(args) -> int:
     from tf_hetero.tools.bench import BenchConfig, run_bench
     from tf_hetero.tools.scenarios import load_scenarios, run_scenarios
@@ -172,12 +176,16 @@ def cmd_bench(args) -> int:
                               steps_per_execution=args.steps_per_execution,
                               target_accuracy=args.target_accuracy, out_dir=args.out_dir,
                               base_lr=args.base_lr, momentum=args.momentum,
-                              json_path=args.json, repeats=args.repeats)
+                              json_path=args.json, repeats=args.repeats,
+                              lr_factors=LR_GRID if args.lr_grid else (1.0,),
+                              warmup_updates=args.warmup_updates)
     except ValueError as e:
         raise _UsageError(str(e)) from None
     if args.scenario:
         run_scenarios(scenarios, os.path.join(args.out_dir, "scenarios"),
-                      strategies=strategies, repeats=args.repeats)
+                      strategies=strategies, repeats=args.repeats,
+                      lr_factors=LR_GRID if args.lr_grid else (1.0,),
+                      warmup_updates=args.warmup_updates)
     else:
         run_bench(cfg)
     _exit_without_tf_teardown(0)
@@ -241,6 +249,12 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--base-lr", type=float, default=0.02,
                        help="SGD learning rate per micro-batch; x micro-batches per update")
     bench.add_argument("--momentum", type=float, default=0.9)
+    bench.add_argument("--lr-grid", action="store_true",
+                       help="run every strategy at 0.5, 1 and 2 x the linear lr rule and "
+                            "report each at its best time to target")
+    bench.add_argument("--warmup-updates", type=int, default=0,
+                       help="ramp the lr up linearly over this many updates for strategies "
+                            "whose update averages several micro-batches (Goyal et al.)")
     bench.add_argument("--scenario", default=None,
                        help="a named scenario of --scenario-dir (comma list, or 'all'): its "
                             "file sets the cluster, profile, data and budget; --strategies, "
