@@ -48,6 +48,9 @@ from tf_hetero.emulation.profile import Profile
 
 __all__ = ["BenchConfig", "run_bench", "format_table"]
 
+#: Strategies and models of the rows already measured (see run_strategy).
+_FINISHED_ROWS: list = []
+
 
 @dataclasses.dataclass
 class BenchConfig:
@@ -223,6 +226,11 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     from tf_hetero.strategies.runtime.coordinator import shutdown
 
     shutdown(strategy)
+    # Stopped, but kept referenced until the process exits: collecting a finished row's
+    # functions makes TF remove them from every server with blocking RPCs (measured: 60 s
+    # before an MNIST-1D row) and, once the cluster has stopped, log a "Failed to remove
+    # function remotely" error for each (252 lines at the end of a 3-row bench).
+    _FINISHED_ROWS.append((strategy, model))
 
     records = _task_records(strategy, task_log)
     if sampler.failures:
