@@ -70,6 +70,7 @@ class EPSPStrategy(HeteroStrategy):
         projection = policies.StragglerProjection(window=window, factor=straggler_factor,
                                                   min_samples=min(3, window))
         slack = sync == "slack"
+        slack_sync = policies.SlackSync(quorum, deadline_factor)  # checked in either mode
         components = []
         if transfer_factor:
             components.append(TaskTransfer(policies.TransferAfter(transfer_factor),
@@ -78,7 +79,7 @@ class EPSPStrategy(HeteroStrategy):
             components.append(LateFolding(policies.StalenessWeight(max_staleness)))
         config = EngineConfig(
             f"epsp-{sync}",
-            sync=policies.SlackSync(quorum, deadline_factor) if slack else policies.AllTasks(),
+            sync=slack_sync if slack else policies.AllTasks(),
             assign=policies.ElasticParallelism(round_tasks, projection, probe_every,
                                                keep_stragglers=slack),
             components=tuple(components), tick_s=TICK_S, stall_timeout_s=stall_timeout_s)

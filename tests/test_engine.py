@@ -987,3 +987,14 @@ def test_random_interleavings_of_two_books_apply_every_task_exactly_once():
             slots = [r.slot for r in e.rounds if r.book == b]
             assert slots == [i % 2 for i in range(len(slots))]
         assert sum(r.applied for r in e.rounds) == 40
+
+
+def test_strategy_arguments_are_checked_before_connecting():
+    pytest.importorskip("tensorflow")
+    import tf_hetero.strategies as strategies  # imports TensorFlow; starts no cluster
+
+    with pytest.raises(ValueError, match=r"^quorum=1\.5: need 0 < quorum <= 1\.$"):
+        strategies.EPSPStrategy(_FakeResolver(3), quorum=1.5)  # enforced sync too
+    with pytest.raises(TypeError, match=r"^BSPStrategy: cluster_resolver is None, not a "
+                                        r"cluster resolver\. Fix: pass"):
+        strategies.BSPStrategy(None)
