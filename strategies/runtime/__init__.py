@@ -1,4 +1,4 @@
 """The TensorFlow mechanism under the strategies: coordinator, dispatcher, step tracing,
-worker hooks, watchdog, PS accumulators, local buffers and push codecs. Every private
-TensorFlow/tf_keras internal tf-hetero relies on is reached from this folder (listed in
-docs/TF_INTERNALS.md), so a TF upgrade is a one-folder audit."""
+worker hooks, watchdog, PS accumulators, local buffers and push codecs. Most private
+TensorFlow/tf_keras internals tf-hetero relies on are reached from this folder;
+docs/TF_INTERNALS.md lists every one, with the few files outside it."""
