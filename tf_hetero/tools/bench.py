@@ -150,6 +150,11 @@ def _task_records(strategy, task_log):
     return task_log.records if task_log is not None else list(strategy.monitor.tasks)
 
 
+def peak_learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0) -> float:
+    """The linear rule: ``base_lr x micro-batches per update x factor``."""
+    return cfg.base_lr * per_update * factor
+
+
 def learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
     """The SGD learning rate of a row: ``base_lr x micro-batches per update x factor``, ramped
     up over ``warmup_updates`` updates when an update averages several micro-batches.
@@ -160,7 +165,7 @@ def learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
     >>> [round(float(lr(step)), 3) for step in (0, 1, 3, 10)]
     [0.02, 0.04, 0.08, 0.08]
     """
-    peak = cfg.base_lr * per_update * factor
+    peak = peak_learning_rate(cfg, per_update, factor)
     if cfg.warmup_updates <= 1 or per_update <= 1:
         return peak
     import tf_keras as keras
@@ -205,8 +210,9 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     sampler = _AccuracySampler(model, test.x, test.y, cfg.eval_interval_s)
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=cfg.workers,
                                seed=cfg.seed, data=train)
+    peak_lr = peak_learning_rate(cfg, per_update, lr_factor)
     print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
-          f"lr {cfg.base_lr * per_update * lr_factor:g}"
+          f"lr {peak_lr:g}"
           f"{f' (warm-up {cfg.warmup_updates} updates)' if cfg.warmup_updates > 1 and per_update > 1 else ''}",
           flush=True)
     t0 = time.perf_counter()
@@ -245,8 +251,6 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     sps = figures.samples_per_sec
     applied = sum(r.applied for r in records)
     hit = metrics.time_to_target(sampler.samples, cfg.target_accuracy)
-    first_start = min(r.start for r in records)
-    span = figures.span_s
     grad_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
     # Every micro-batch pushes its gradient once (ours into the accumulators), except with
     # local accumulation (H-PS): one push per worker per round, of the encoded size.
@@ -274,17 +278,18 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         "applied_tasks": applied,
         "dropped_tasks": len(records) - applied,
         "fit_wall_s": fit_wall,
-        "span_s": span,  # fit() called -> last update applied
+        "span_s": figures.span_s,  # fit() called -> last update applied
         "setup_s": figures.setup_s,  # fit() called -> first task started (in the span)
         "ideal_samples_per_sec": ideal,
         "eval_failures": len(sampler.failures),
-        "learning_rate": cfg.base_lr * per_update * lr_factor,
+        "learning_rate": peak_lr,
         "lr_factor": lr_factor,
         **engine_figures,
         "tasks_per_worker": [sum(r.worker == w for r in records) for w in range(cfg.workers)],
         "accuracy_curve": list(sampler.samples),
-        "timeline": [(r.worker, r.start - first_start, r.end - first_start, r.applied)
-                     for r in records],
+        # On the accuracy curve's clock: seconds since fit() was called.
+        "timeline": [(r.worker, r.start - t0, r.end - t0, r.applied) for r in records],
+        "num_classes": test.num_classes,
     }
     return result
 
@@ -426,9 +431,7 @@ def run_bench(cfg: BenchConfig) -> list[dict]:
                     run = run_strategy(spec, cluster, cfg, profile, factor)
                     run["repeat"] = rep
                     runs.append(run)
-    from tf_hetero import data
-
-    results = summarize(runs, cfg.strategies, data.load(cfg.dataset, "test").num_classes)
+    results = summarize(runs, cfg.strategies, runs[0]["num_classes"])
     # The ideal of the run each row reports (the profile integrated over its tasks).
     ideal = statistics.median(r["ideal_samples_per_sec"] for r in results)
     table = format_table(results, cfg, ideal)
