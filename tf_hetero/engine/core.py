@@ -118,15 +118,6 @@ class RoundEngine:
     def rounds_mode(self) -> bool:
         return self.books[0].sync.mode == "rounds"
 
-    @property
-    def sync(self):
-        """The sync policy of the first book (the only one, for every preset today)."""
-        return self.books[0].sync
-
-    @property
-    def assign(self):
-        return self.books[0].assign
-
     def submit(self, payload) -> Task:
         """Queues one task (one training step scheduled by ``model.fit``)."""
         with self._lock:
