@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
 from conftest import cli
 
 KEYS = {"strategy", "samples_per_sec", "efficiency", "time_to_target_s", "final_accuracy",
-        "bytes_pushed_per_sample", "rounds"}
+        "bytes_to_ps_per_sample", "bytes_from_ps_per_sample", "ps_load_max_over_mean", "rounds"}
 
 
 @pytest.mark.cluster
@@ -18,13 +19,22 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     out = tmp_path / "b.json"
-    proc = cli("bench", "--strategies", "bsp,backup", "--tasks", "40", "--steps-per-epoch", "20",
+    proc = cli("bench", "--strategies", "bsp,backup,hpsint8", "--tasks", "40", "--steps-per-epoch", "20",
                "--profile", "slow=3:3;base_ms=30", "--target-accuracy", "0.2", "--repeats", "2",
                "--json", str(out), env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = {r["strategy"]: r for r in report["results"]}
-    assert list(rows) == ["pss", "bsp", "backup"]  # the reference row comes first
+    assert list(rows) == ["pss", "bsp", "backup", "hpsint8"]  # the reference row comes first
+    grad = rows["pss"]["gradient_bytes_per_sample"]
+    assert shutil.which("ss"), "traffic is measured with `ss` (iproute2); .ci/run installs it"
+    for name in ("pss", "bsp", "backup"):  # every micro-batch reads the model and pushes
+        r = rows[name]  # its gradient: measured on the sockets, never below the sizes
+        assert grad <= r["bytes_to_ps_per_sample"] < 3 * grad, (name, r["bytes_to_ps_per_sample"])
+        assert grad <= r["bytes_from_ps_per_sample"] < 4 * grad, (name, r["bytes_from_ps_per_sample"])
+        assert len(r["ps_bytes"]) == 2 and 1 <= r["ps_load_max_over_mean"] <= 2
+    # H-PS int8: one push per worker per round of 1-byte codes, measured as such.
+    assert rows["hpsint8"]["bytes_to_ps_per_sample"] < 0.5 * rows["bsp"]["bytes_to_ps_per_sample"]
     for r in rows.values():
         assert KEYS <= set(r)
         assert r["tasks"] == 40 and r["repeats"] == 2
@@ -49,7 +59,7 @@ def _run(strategy, sps, ttt, repeat=0):
     return {"strategy": strategy, "samples_per_sec": sps, "efficiency": sps / 1000,
             "learning_rate": 0.02,
             "time_to_target_s": ttt, "final_accuracy": 0.9, "repeat": repeat,
-            "bytes_pushed_per_sample": 10.0, "rounds": 5, "dropped_tasks": 0,
+            "bytes_to_ps_per_sample": 10.0, "bytes_from_ps_per_sample": 20.0, "rounds": 5, "dropped_tasks": 0,
             "tasks_per_worker": [1, 1]}
 
 

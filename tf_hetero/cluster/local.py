@@ -185,6 +185,10 @@ class LocalCluster:
         """PIDs of the live process-mode servers."""
         return [p.pid for p in self._procs.values() if p.poll() is None]
 
+    def role_pids(self) -> dict:
+        """``{(role, index): pid}`` of the live process-mode servers."""
+        return {key: p.pid for key, p in self._procs.items() if p.poll() is None}
+
     def log_path(self, role: str, index: int) -> str:
         return os.path.join(self.log_dir or "", f"{role}-{index}.log")
 

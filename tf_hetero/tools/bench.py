@@ -25,7 +25,12 @@ samples/s, with ``spread``; every run is in ``runs``):
 - ``time_to_target_s``: seconds from ``fit()`` until the held-out accuracy, sampled every
   ``eval_interval_s`` from the chief while training runs, first reaches the target (``null``
   if never; ``eval_failures`` counts samples whose evaluation raised);
-- ``final_accuracy``, ``bytes_pushed_per_sample``, ``rounds`` (applied updates), staleness.
+- ``final_accuracy``, ``rounds`` (applied updates), staleness;
+- ``bytes_to_ps_per_sample`` / ``bytes_from_ps_per_sample``: bytes measured on the TCP
+  connections between the worker and PS processes over the row's fit (pushes and requests /
+  variable reads), per sample computed, the same way for every row; ``ps_bytes`` per PS and
+  ``ps_load_max_over_mean`` (:mod:`tf_hetero.telemetry.traffic`; ``null`` where it cannot
+  measure).
 
 Timings are measured, not asserted: compare rows of one run, as ratios.
 """
@@ -184,7 +189,7 @@ def learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
 
 
 def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
-                 lr_factor: float = 1.0) -> dict:
+                 lr_factor: float = 1.0, meter=None) -> dict:
     """Trains once under ``spec`` at ``lr_factor`` x the linear rule and measures it."""
     import tf_keras as keras
 
@@ -215,6 +220,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
           f"lr {peak_lr:g}"
           f"{f' (warm-up {cfg.warmup_updates} updates)' if cfg.warmup_updates > 1 and per_update > 1 else ''}",
           flush=True)
+    traffic_before = meter.snapshot() if meter is not None else None
     t0 = time.perf_counter()
     sampler.start(t0)
     progress = tf_hetero.Progress(5.0, task_log=task_log or TaskLog.for_strategy(strategy))
@@ -222,6 +228,8 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
               epochs=cfg.tasks // cfg.steps_per_epoch, steps_per_epoch=cfg.steps_per_epoch,
               verbose=0, callbacks=[progress])
     fit_wall = time.perf_counter() - t0
+    # fit() returns after the last apply: the row's traffic, read before anything else runs.
+    traffic = meter.since(traffic_before) if meter is not None else None
     sampler.stop()
     final = sampler.accuracy()
     sampler.samples.append((time.perf_counter() - t0, final))
@@ -251,16 +259,14 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     sps = figures.samples_per_sec
     applied = sum(r.applied for r in records)
     hit = metrics.time_to_target(sampler.samples, cfg.target_accuracy)
-    grad_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
-    # Every micro-batch pushes its gradient once (ours into the accumulators), except with
-    # local accumulation (H-PS): one push per worker per round, of the encoded size.
-    pushed_per_sample = grad_bytes / cfg.batch_size
+    computed = len(records) * k * cfg.batch_size
+    measured = (traffic.per_sample(computed) if traffic is not None else
+                {"bytes_to_ps_per_sample": None, "bytes_from_ps_per_sample": None,
+                 "ps_bytes": None, "ps_load_max_over_mean": None})
     if stock:
         rounds, engine_figures = len(records), {}
     else:
         s = strategy.monitor.summary()
-        if strategy.monitor.push_times is not None:  # counted per push
-            pushed_per_sample = s["bytes_pushed"] / (len(records) * k * cfg.batch_size)
         engine = strategy.engine
         rounds = len(engine.rounds) if engine and engine.rounds_mode else s["applied_tasks"]
         engine_figures = {
@@ -272,7 +278,10 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         "efficiency": metrics.efficiency(sps, ideal),
         "time_to_target_s": hit,
         "final_accuracy": final,
-        "bytes_pushed_per_sample": pushed_per_sample,
+        **measured,
+        # For reference: one gradient (= the trainable variables), bytes per sample.
+        "gradient_bytes_per_sample": sum(v.shape.num_elements() * v.dtype.size
+                                         for v in model.trainable_variables) / cfg.batch_size,
         "rounds": rounds,
         "tasks": len(records),  # scheduled closures (steps_per_execution micro-batches each)
         "applied_tasks": applied,
@@ -338,6 +347,11 @@ def _cell(row: dict, key: str, fmt: str) -> str:
     return text
 
 
+def _bytes(row: dict, key: str) -> str:
+    value = row.get(key)
+    return "" if value is None else f"{value:.0f}"
+
+
 def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
     spread = f", median [min-max] of {cfg.repeats} runs" if cfg.repeats > 1 else ""
     if len(cfg.lr_factors) > 1:
@@ -351,18 +365,20 @@ def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
              f"update, momentum {cfg.momentum:g}, target accuracy {cfg.target_accuracy}; "
              f"times from fit() to the last update applied{spread}", "",
              "| strategy | lr | samples/s | efficiency | time to target s | final accuracy | "
-             "bytes pushed/sample | rounds | mean round ms | dropped tasks | tasks per worker |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "to PS B/sample | from PS B/sample | rounds | mean round ms | dropped tasks | "
+             "tasks per worker |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         round_ms = f"{r['mean_round_ms']:.0f}" if r.get("mean_round_ms") is not None else ""
         lines.append(
             f"| {r['strategy']}{' (diverged)' if r.get('diverged') else ''} | "
             f"{r['learning_rate']:g} | {_cell(r, 'samples_per_sec', '.0f')} | "
             f"{_cell(r, 'efficiency', '.3f')} | {_cell(r, 'time_to_target_s', '.1f')} | "
-            f"{_cell(r, 'final_accuracy', '.4f')} | {r['bytes_pushed_per_sample']:.0f} | "
+            f"{_cell(r, 'final_accuracy', '.4f')} | {_bytes(r, 'bytes_to_ps_per_sample')} | "
+            f"{_bytes(r, 'bytes_from_ps_per_sample')} | "
             f"{r['rounds']} | {round_ms} | "
             f"{r['dropped_tasks']} | {'/'.join(map(str, r['tasks_per_worker']))} |")
-    lines.append(f"| ideal | | {ideal:.0f} | 1.000 | | | | | | | |")
+    lines.append(f"| ideal | | {ideal:.0f} | 1.000 | | | | | | | | |")
     return "\n".join(lines)
 
 
@@ -409,8 +425,11 @@ def run_bench(cfg: BenchConfig) -> list[dict]:
     os.makedirs(cfg.out_dir, exist_ok=True)
     print(f"[tf-hetero bench] {', '.join(cfg.strategies)} on {cfg.workers} workers / {cfg.ps} PS, "
           f"profile {profile.spec()}", flush=True)
+    from tf_hetero.telemetry.traffic import TrafficMeter
+
     runs = []
     with LocalCluster(cfg.workers, cfg.ps, profile=profile, processes=True) as cluster:
+        meter = TrafficMeter.for_cluster(cluster)
         for rep in range(cfg.repeats):
             # A shuffled order per repeat: no row always runs first on a fresh cluster, or
             # always after the same neighbour.
@@ -428,7 +447,7 @@ def run_bench(cfg: BenchConfig) -> list[dict]:
                     if time.perf_counter() - t > 1.0:
                         print(f"[tf-hetero bench] cleanup took {time.perf_counter() - t:.1f}s",
                               flush=True)
-                    run = run_strategy(spec, cluster, cfg, profile, factor)
+                    run = run_strategy(spec, cluster, cfg, profile, factor, meter)
                     run["repeat"] = rep
                     runs.append(run)
     results = summarize(runs, cfg.strategies, runs[0]["num_classes"])
