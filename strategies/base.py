@@ -53,6 +53,13 @@ class EngineConfig:
     tick_s: float = 0.0
     #: Codec of local-accumulation pushes (:mod:`tf_hetero.strategies.runtime.quantize`).
     codec: str = "fp32"
+    #: Sized tasks (per-worker batch sizes): samples per work unit. The strategy re-batches
+    #: the workers' data into granules of this size and a task of size n reads n of them as
+    #: one batch (:mod:`tf_hetero.strategies.runtime.granules`); ``assign`` must size tasks
+    #: (``set_units``). ``None``: a task reads one dataset batch per step.
+    granule: int | None = None
+    #: Sized tasks: samples per round (``None``: workers x the dataset's batch, as BSP).
+    global_batch: int | None = None
 
     def __post_init__(self):
         if not (isinstance(self.stall_timeout_s, (int, float)) and self.stall_timeout_s > 0):
@@ -61,6 +68,9 @@ class EngineConfig:
             raise ValueError(f"sync policy {self.sync!r} has mode {self.sync.mode!r}; "
                              "expected 'rounds' or 'async'.")
         object.__setattr__(self, "components", tuple(self.components))
+        if self.granule is not None and not hasattr(self.assign, "set_units"):
+            raise ValueError(f"granule={self.granule}: the assignment policy {self.assign!r} "
+                             "does not size tasks (it has no set_units).")
 
     @property
     def uses_engine(self) -> bool:
@@ -106,6 +116,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         #: Emulated worker-to-PS link, microseconds per byte per worker (None: none); set by
         #: :func:`tf_hetero.emulate` from a profile's ``link=``, read by pushes (H-PS).
         self.link_us_per_byte = None
+        self.dataset_batch = None  # sized tasks: the workers' dataset batch size, once seen
         workers = self._extended._num_workers  # pylint: disable=protected-access
         self.monitor = Monitor(workers)
         for summary in config.summaries():
@@ -119,6 +130,37 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
     @property
     def config(self) -> EngineConfig:
         return self._hetero_config
+
+    # ----------------------------------------------------- sized tasks' data
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        if self._hetero_config.granule is None:
+            return super().distribute_datasets_from_function(dataset_fn, options)
+
+        def granular(input_context):
+            return self._granulate(dataset_fn(input_context))
+
+        return super().distribute_datasets_from_function(granular, options)
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        if self._hetero_config.granule is not None:
+            dataset = self._granulate(dataset)
+        return super().experimental_distribute_dataset(dataset, options)
+
+    def _granulate(self, dataset):
+        """The workers' data in granules; fixes the round's global batch in granules."""
+        from tf_hetero.strategies.runtime.granules import granulate
+
+        c = self._hetero_config
+        dataset, batch = granulate(dataset, c.granule, type(self).__name__)
+        workers = self._extended._num_workers  # pylint: disable=protected-access
+        global_batch = c.global_batch or workers * batch
+        if global_batch % c.granule:
+            raise ValueError(f"{type(self).__name__}(global_batch={global_batch}) is not a "
+                             f"multiple of granularity={c.granule}.")
+        #: The dataset's batch size: emulated device time is per such batch (tf_hetero.emulate).
+        self.dataset_batch = batch
+        c.assign.set_units(global_batch // c.granule)
+        return dataset
 
     def shutdown(self) -> None:
         """Stops this strategy's coordinator threads (workers, engine ticker): call it when

@@ -2,14 +2,18 @@
 
 What each part of the paper became here:
 
-1. **Dynamic per-worker batch** (:class:`~tf_hetero.policies.SpeedProportional`): a round is
-   ``round_tasks`` micro-batch tasks (the global batch per round, default 4 per worker).
-   Before every round each worker's speed is re-estimated from its smoothed task time and
-   it gets a share of the tasks proportional to it, so all workers finish the round
-   together; each worker gets at least ``min_tasks`` and at most its ``memory_budget``
-   (micro-batches per round: the worker's *status*, as H-PS sizes batches by available
-   memory). Tasks are pinned to their worker. LB-BSP (Chen et al.) resizes batches the same
-   way at BSP barriers.
+1. **Per-worker batch sizes** (:class:`~tf_hetero.policies.BalancedBatches`, the default):
+   a round has BSP's global batch (``global_batch``, default workers x the dataset batch) and
+   one task per worker; each worker's task takes a share of it proportional to the worker's
+   measured speed, in granules of ``granularity`` samples, re-estimated every round, so all
+   workers finish the round together. A task reads its granules as one batch (one closure,
+   one forward/backward pass, one push), and the round's update is the size-weighted mean of
+   the workers' gradients: exactly one step on the whole global batch, as BSP. Floors and
+   ceilings per worker: ``min_samples`` and ``memory_budget`` (samples per task: the worker's
+   *status*, as H-PS sizes batches by available memory). LB-BSP (Chen et al.) sizes batches
+   the same way at BSP barriers. With ``round_tasks=T`` instead, the 0.2 behaviour: a round
+   is T one-micro-batch tasks shared in proportion to speed
+   (:class:`~tf_hetero.policies.SpeedProportional`; one closure per micro-batch).
 2. **One push per worker per round** (:class:`~tf_hetero.engine.LocalAccumulation`,
    :mod:`tf_hetero.strategies.runtime.local_push`): a task adds
    its gradient to a buffer on its own worker (per-worker variables); a worker pushes its
@@ -45,35 +49,76 @@ class HPSStrategy(HeteroStrategy):
     """Heterogeneity-aware PS (see the module docstring for each argument)."""
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
-                 round_tasks: int | None = None, min_tasks: int = 1, memory_budget=None,
+                 global_batch: int | None = None, granularity: int = 8,
+                 min_samples: int | None = None, memory_budget=None,
+                 round_tasks: int | None = None, min_tasks: int = 1,
                  alpha: float = policies.estimate.DEFAULT_ALPHA, pipeline: bool = False,
                  quantize: str = "fp32", stall_timeout_s: float = 600.0):
         workers = num_workers(cluster_resolver, "HPSStrategy")
-        round_tasks = default_round_tasks(workers) if round_tasks is None else round_tasks
-        if not isinstance(round_tasks, int) or round_tasks < workers * min_tasks:
-            raise ValueError(
-                f"HPSStrategy(round_tasks={round_tasks!r}) with {workers} workers and "
-                f"min_tasks={min_tasks}: need an integer >= {workers * min_tasks} (every worker "
-                "takes at least min_tasks micro-batches per round); default 4 per worker.")
         if isinstance(memory_budget, (list, tuple)) and len(memory_budget) != workers:
             raise ValueError(f"HPSStrategy(memory_budget={memory_budget!r}): give one budget per "
                              f"worker ({workers}) or a single integer.")
-        if memory_budget is not None:
-            total = (memory_budget * workers if isinstance(memory_budget, int)
-                     else sum(memory_budget))
-            if isinstance(total, int) and total < round_tasks:
-                raise ValueError(
-                    f"HPSStrategy: the memory budgets add up to {total} micro-batches per round, "
-                    f"fewer than round_tasks={round_tasks}. Fix: raise memory_budget or lower "
-                    "round_tasks.")
         codec = quantize_module.get(quantize).name  # a clear error for a bad name, before connecting
-        assign = policies.SpeedProportional(round_tasks, min_tasks, memory_budget, alpha)
+        if round_tasks is None:
+            assign, granule = _sized(workers, global_batch, granularity, min_samples,
+                                     memory_budget, alpha), granularity
+        else:
+            if global_batch is not None:
+                raise ValueError("HPSStrategy: give global_batch (per-worker batch sizes) or "
+                                 "round_tasks (micro-batch shares), not both.")
+            assign, granule = _shares(workers, round_tasks, min_tasks, memory_budget, alpha), None
         mode = "pipelined" if pipeline else "strict"
         config = EngineConfig(f"hps{'-pipelined' if pipeline else ''}-{codec}",
                               sync=policies.AllTasks(), assign=assign,
                               components=(LocalAccumulation(mode),), codec=codec,
-                              stall_timeout_s=stall_timeout_s)
+                              stall_timeout_s=stall_timeout_s, granule=granule,
+                              global_batch=global_batch)
         super().__init__(cluster_resolver, variable_partitioner, config=config)
+
+
+def _sized(workers, global_batch, granularity, min_samples, memory_budget, alpha):
+    """Per-worker batch sizes: every size in samples, checked, then in granules."""
+    g = granularity
+    if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+        raise ValueError(f"HPSStrategy(granularity={g!r}): need samples >= 1 (e.g. 8).")
+    min_samples = g if min_samples is None else min_samples
+    for name, v in (("global_batch", global_batch), ("min_samples", min_samples)):
+        if v is not None and (not isinstance(v, int) or v < g or v % g):
+            raise ValueError(f"HPSStrategy({name}={v!r}): need a multiple of granularity={g}.")
+    if global_batch is not None and global_batch < workers * min_samples:
+        raise ValueError(f"HPSStrategy(global_batch={global_batch}) with {workers} workers: need "
+                         f">= {workers * min_samples} (min_samples={min_samples} per worker).")
+    budgets = (None if memory_budget is None else
+               [memory_budget] * workers if isinstance(memory_budget, int) else list(memory_budget))
+    if budgets is not None:
+        bad = [b for b in budgets if not isinstance(b, int) or b < min_samples]
+        if bad:
+            raise ValueError(f"HPSStrategy(memory_budget={memory_budget!r}): every budget must "
+                             f"be an integer >= min_samples={min_samples} samples per task.")
+        if global_batch is not None and sum(b // g for b in budgets) * g < global_batch:
+            raise ValueError(f"HPSStrategy: the memory budgets hold {sum(budgets)} samples per "
+                             f"round, fewer than global_batch={global_batch}. Fix: raise "
+                             "memory_budget or lower global_batch.")
+        budgets = [b // g for b in budgets]
+    return policies.BalancedBatches(None, min_samples // g, budgets, alpha)
+
+
+def _shares(workers, round_tasks, min_tasks, memory_budget, alpha):
+    """The 0.2 mode: ``round_tasks`` one-micro-batch tasks shared in proportion to speed."""
+    if not isinstance(round_tasks, int) or round_tasks < workers * min_tasks:
+        raise ValueError(
+            f"HPSStrategy(round_tasks={round_tasks!r}) with {workers} workers and "
+            f"min_tasks={min_tasks}: need an integer >= {workers * min_tasks} (every worker "
+            "takes at least min_tasks micro-batches per round).")
+    if memory_budget is not None:
+        total = (memory_budget * workers if isinstance(memory_budget, int)
+                 else sum(memory_budget))
+        if isinstance(total, int) and total < round_tasks:
+            raise ValueError(
+                f"HPSStrategy: the memory budgets add up to {total} micro-batches per round, "
+                f"fewer than round_tasks={round_tasks}. Fix: raise memory_budget or lower "
+                "round_tasks.")
+    return policies.SpeedProportional(round_tasks, min_tasks, memory_budget, alpha)
 
 
 def default_round_tasks(workers: int) -> int:

@@ -6,8 +6,8 @@ many micro-batches one update averages (the learning-rate rule).
 ['asp', 'backup', 'bsp', 'epsp', 'epspslack', 'hps', 'hpsfp', 'hpsint', 'hpspipe', 'pss', 'ssp']
 >>> parse("backup2"), parse("ssp"), parse("bsp")
 (('backup', 2), ('ssp', 3), ('bsp', None))
->>> updates_per_round("backup1", 4), updates_per_round("hps", 4)
-(3, 16)
+>>> updates_per_round("backup1", 4), updates_per_round("hps", 4), updates_per_round("hps16", 4)
+(3, 4, 16)
 
 A new strategy is one :func:`register` call (a second registration of a name is refused
 unless ``replace=True``):
@@ -124,9 +124,9 @@ def _builtin():
         return tf.distribute.ParameterServerStrategy(resolver)
 
     def hps_tasks(workers, arg):
-        from tf_hetero.strategies.hps import default_round_tasks
-
-        return arg or default_round_tasks(workers)
+        # Per-worker batch sizes (no number): BSP's global batch, N dataset batches per
+        # update; hpsT: T one-micro-batch tasks per round (the 0.2 mode).
+        return arg or workers
 
     register("pss", stock, help="stock TF ParameterServerStrategy (async reference)")
     register("asp", preset("ASPStrategy"), help="async, monitored (as stock TF)")
@@ -141,7 +141,9 @@ def _builtin():
     register("epspslack", preset("EPSPStrategy", sync="slack", round_tasks=_ARG), None,
              "round_tasks", updates=lambda n, a: a or n, help="EPSP slack sync")
     register("hps", preset("HPSStrategy", round_tasks=_ARG), None, "round_tasks",
-             updates=hps_tasks, help="H-PS speed-proportional shares, one push per worker")
+             updates=hps_tasks,
+             help="H-PS per-worker batch sizes, one task and one push per worker per round "
+                  "(hpsT: T micro-batch tasks per round shared by speed)")
     register("hpspipe", preset("HPSStrategy", round_tasks=_ARG, pipeline=True), None,
              "round_tasks", updates=hps_tasks, help="H-PS with pipelined pushes")
     register("hpsint", lambda r, b: preset("HPSStrategy", quantize=f"int{b}")(r, None), 8,

@@ -119,7 +119,7 @@ def test_run_figures_use_one_clock_from_fit_to_the_last_apply_so_efficiency_stay
     # Two workers, each running 4 tasks of exactly their emulated 0.1 s, back to back,
     # after 0.5 s of setup; the last round is applied 0.05 s after the last task.
     records = [TaskRecord(w, 0.5 + 0.1 * i, 0.6 + 0.1 * i) for w in range(2) for i in range(4)]
-    f = run_figures(records, fit_start=0.0, last_apply=0.95, samples_per_task=32)
+    f = run_figures(records, fit_start=0.0, last_apply=0.95, samples_per_unit=32)
     assert f.span_s == pytest.approx(0.95) and f.setup_s == pytest.approx(0.5)
     assert f.samples_per_sec == pytest.approx(8 * 32 / 0.95)
     assert efficiency(f.samples_per_sec, ideal_samples_per_sec(32, 100.0, [1, 1])) <= 1.0

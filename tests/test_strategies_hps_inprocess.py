@@ -199,7 +199,7 @@ def test_hps_strategy_rejects_impossible_settings_before_connecting(cluster):
         tf_hetero.HPSStrategy(cluster.resolver, round_tasks=2)
     with pytest.raises(ValueError, match=r"memory budgets add up to 6 .* fewer than "
                                          r"round_tasks=12\. Fix"):
-        tf_hetero.HPSStrategy(cluster.resolver, memory_budget=2)
+        tf_hetero.HPSStrategy(cluster.resolver, round_tasks=12, memory_budget=2)
     with pytest.raises(ValueError, match=r"memory_budget=\[1, 2\]\): give one budget per worker"):
         tf_hetero.HPSStrategy(cluster.resolver, memory_budget=[1, 2])
     with pytest.raises(ValueError, match=r"quantize='int3': use one of fp32, fp16, int8, int4"):

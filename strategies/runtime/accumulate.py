@@ -36,42 +36,56 @@ import threading
 import tensorflow as tf
 
 __all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "decode_code",
-           "LANE_CODE", "NO_ROUND", "dense", "current_worker", "patch_lock"]
+           "decode_size", "SIZE_CODE",
+           "LANE_CODE", "NO_ROUND", "dense", "weigh", "current_worker", "patch_lock"]
 
 #: A task's code packs its round, its accumulator slot, its push flags (local accumulation,
-#: see :mod:`tf_hetero.strategies.runtime.local_push`) and, optionally, the lane it writes:
-#: ``code = ((round * 2 + slot) * PUSH_CODE + push) * LANE_CODE + lane + 1`` (``+ 0``: the
-#: lane of the worker that runs it). A negative code writes nothing (its round closed before
-#: it started).
+#: see :mod:`tf_hetero.strategies.runtime.local_push`), its size (granules of samples its
+#: step reads, sized strategies) and, optionally, the lane it writes:
+#: ``code = (((round * 2 + slot) * PUSH_CODE + push) * SIZE_CODE + size - 1) * LANE_CODE
+#: + lane + 1`` (``+ 0``: the lane of the worker that runs it). A negative code writes nothing
+#: (its round closed before it started).
 LANE_CODE = 1024
 PUSH_CODE = 4
+SIZE_CODE = 4096
 #: The code of a task whose round closed before it started: it writes nothing.
 NO_ROUND = -1
 
 
 def task_code(round_id: int, lane: int | None = None, push: int = 0,
-              slot: int | None = None) -> int:
+              slot: int | None = None, size: int = 1) -> int:
     """The task code of a task of ``round_id`` (``-1``: writes nothing). ``slot`` is the
     round's accumulator slot (its book alternates them; default ``round_id % 2``).
 
     >>> task_code(3), task_code(3, lane=5), task_code(3, push=2), task_code(3, slot=0)
-    (28672, 28678, 30720, 24576)
+    (117440512, 117440518, 125829120, 100663296)
+    >>> task_code(3, size=5) - task_code(3) == 4 * LANE_CODE
+    True
     >>> task_code(-1)
     -1
     """
     if round_id < 0:
         return NO_ROUND
+    if not 1 <= size <= SIZE_CODE:
+        raise ValueError(f"task size {size}: need 1 to {SIZE_CODE} granules.")
     slot = round_id % 2 if slot is None else slot
-    return ((round_id * 2 + slot) * PUSH_CODE + push) * LANE_CODE + (0 if lane is None else lane + 1)
+    return ((((round_id * 2 + slot) * PUSH_CODE + push) * SIZE_CODE + size - 1) * LANE_CODE
+            + (0 if lane is None else lane + 1))
 
 
 def decode_code(code: tf.Tensor):
     """In a task: ``(round, slot, push flags, lane)`` of an int64 task code (lane -1: the
     running worker's own)."""
-    round_slot = tf.math.floordiv(code, LANE_CODE * PUSH_CODE)
-    push = tf.math.floormod(tf.math.floordiv(code, LANE_CODE), PUSH_CODE)
+    round_slot = tf.math.floordiv(code, LANE_CODE * SIZE_CODE * PUSH_CODE)
+    push = tf.math.floormod(tf.math.floordiv(code, LANE_CODE * SIZE_CODE), PUSH_CODE)
     return (tf.math.floordiv(round_slot, 2), tf.math.floormod(round_slot, 2), push,
             tf.math.floormod(code, LANE_CODE) - 1)
+
+def decode_size(code: tf.Tensor) -> tf.Tensor:
+    """In a task: the granules its step reads (int64; 1 for a task that writes nothing)."""
+    size = tf.math.floormod(tf.math.floordiv(code, LANE_CODE), SIZE_CODE) + 1
+    return tf.where(code >= 0, size, tf.constant(1, tf.int64))
+
 
 _state = threading.local()
 patch_lock = threading.RLock()
@@ -126,6 +140,11 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
 def current_worker() -> tf.Tensor:
     """The index of the worker running the current function (int64)."""
     return tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.int64)
+
+
+def weigh(g, n):
+    """``g`` times the int64 task size ``n`` (a sized task's gradient counts once per granule)."""
+    return g * tf.cast(n, g.dtype)
 
 
 def dense(g):
@@ -184,8 +203,10 @@ class Accumulators:
         """
         round_id, slot, _, lane = decode_code(code)
         lane = tf.where(lane >= 0, lane, current_worker())
-        values = {self._index[v.ref()]: (lambda g=dense(g): g) for g, v in grads_and_vars}
-        return tf.cond(code >= 0, lambda: self.write(values, round_id, slot, lane, 1),
+        # A task of n granules computed the mean gradient of its n granules: it weighs n.
+        n = decode_size(code)
+        values = {self._index[v.ref()]: (lambda g=dense(g): weigh(g, n)) for g, v in grads_and_vars}
+        return tf.cond(code >= 0, lambda: self.write(values, round_id, slot, lane, n),
                        lambda: tf.constant(False))
 
     def write(self, values: dict, round_id, slot, lane, micro_batches) -> tf.Tensor:

@@ -30,7 +30,8 @@ import tensorflow as tf
 from tf_hetero.emulation.device import finish_compute, keep_gradient_local, sleep_op
 from tf_hetero.engine import PUSH_ALL, PUSH_OLD
 from tf_hetero.strategies.runtime import quantize
-from tf_hetero.strategies.runtime.accumulate import current_worker, decode_code, dense
+from tf_hetero.strategies.runtime.accumulate import (current_worker, decode_code, decode_size,
+                                                     dense, weigh)
 
 __all__ = ["LocalBuffers"]
 
@@ -85,6 +86,8 @@ class LocalBuffers:
 
     def _step(self, grads, code, drain: bool):
         round_id, slot, flags, _ = decode_code(code)
+        size = decode_size(code)  # granules this task's gradient averages: it weighs that
+        grads = [weigh(g, size) for g in grads]
         valid = code >= 0
         push_all = valid & (tf.bitwise.bitwise_and(flags, PUSH_ALL) > 0)
         push_old = valid & (tf.bitwise.bitwise_and(flags, PUSH_OLD) > 0) & ~push_all
@@ -98,7 +101,7 @@ class LocalBuffers:
         pushed_old, residuals = self._maybe_push(push_old & (count > 0), sums, residuals,
                                                  where, count, None)
         # PUSH_ALL after the compute (and, under emulation, after its emulated time).
-        new_count = count + (0 if drain else 1)
+        new_count = count + (0 if drain else size)
         total = [s + g for s, g in zip(sums, grads)]
         done = None if drain else finish_compute(grads)
         with tf.control_dependencies([pushed_old]):  # one PS lane write at a time

@@ -14,7 +14,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_hetero.engine import EngineError
-from tf_hetero.strategies.runtime.accumulate import NO_ROUND, Accumulators, accumulating
+from tf_hetero.strategies.runtime.accumulate import (NO_ROUND, Accumulators, accumulating,
+                                                     decode_size)
+from tf_hetero.strategies.runtime.granules import GranuleIterator, is_iterator
 from tf_hetero.strategies.runtime.local_push import LocalBuffers
 
 __all__ = ["StepEntry", "StepTracer"]
@@ -89,8 +91,13 @@ class StepTracer:
             written.append(found.acc if local else found)
             return found
 
+        sized = self.config.granule is not None
+
         @tf.function
         def accumulate_fn(code, *a, **kw):
+            if sized:  # the task reads its size's worth of granules as one batch
+                size = decode_size(code)
+                a = tuple(GranuleIterator(x, size) if is_iterator(x) else x for x in a)
             with accumulating(accumulators_for, code) as rec:
                 out = python_fn(*a, **kw)
             record.update(rec)

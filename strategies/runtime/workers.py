@@ -56,7 +56,8 @@ def _instrument(coordinator, worker, attempt, versions):
             fresh = engine.task_started(task, w)
             if task.round is not None:  # its round, slot, lane and push flags are final now
                 slot = engine.rounds[task.round].slot
-                code = task_code(task.round, task.lane, task.push, slot) if fresh else NO_ROUND
+                code = (task_code(task.round, task.lane, task.push, slot, task.size)
+                        if fresh else NO_ROUND)
                 closure._args = (coordinator.code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
         elif tag is not None and tag.kind == ClosureKind.ASYNC:
             with versions.lock:

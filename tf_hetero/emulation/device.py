@@ -77,9 +77,16 @@ class EmulatedDevice:
     Create it under ``strategy.scope()`` (it owns a per-worker task counter).
     """
 
-    def __init__(self, profile: Profile, num_workers: int):
+    def __init__(self, profile: Profile, num_workers: int, batch_size: int | None = None,
+                 strategy=None):
         self.profile = profile
         self.num_workers = num_workers
+        # base_ms is the time of one batch of this many samples; a step over more or fewer
+        # rows (a sized task) takes proportionally longer or shorter, as on real hardware.
+        # None: the strategy's dataset batch if it knows it (sized strategies), else every
+        # step takes base_ms whatever its rows.
+        self.batch_size = batch_size
+        self.strategy = strategy
         # Emulated worker<->PS link, microseconds per byte per worker (0: a free network).
         link = profile.link_us_per_byte(num_workers) if profile.link_mbps else (0.0,) * num_workers
         self._link_us_per_byte = tf.constant(link, tf.float64)
@@ -102,6 +109,14 @@ class EmulatedDevice:
         base = tf.where(t >= self._change_at[w], self._change_factor[w], self._const[w])
         factor = base * self._straggle[w, t % self.profile.horizon]
         return tf.cast(factor * self.profile.base_ms * 1000.0, tf.int64)
+
+    def _scaled(self, budget_us, data):
+        reference = self.batch_size or getattr(self.strategy, "dataset_batch", None)
+        if not reference:
+            return budget_us
+        rows = tf.shape(tf.nest.flatten(data)[0], out_type=tf.int64)[0]
+        return tf.cast(tf.round(tf.cast(budget_us, tf.float64) * tf.cast(rows, tf.float64)
+                                / float(reference)), tf.int64)
 
     def tasks_per_worker(self) -> list[int]:
         """How many tasks each worker has run (read from the workers)."""
@@ -130,7 +145,7 @@ class EmulatedDevice:
             start = tf.timestamp()
             with tf.control_dependencies([start]):
                 data = tf.nest.map_structure(tf.identity, data)
-            budget_us = self.device_microseconds()
+            budget_us = self._scaled(self.device_microseconds(), data)
             if self.emulated_link and model is not None:
                 budget_us += self.link_microseconds(_bytes(model.variables))
             sleeps = []  # made by finish_compute() while step_fn is traced
@@ -174,7 +189,8 @@ def _tracing(start, budget_us, sleeps, flags):
         _trace.step = previous
 
 
-def emulate(model, profile=None, *, strategy=None, num_workers: int | None = None):
+def emulate(model, profile=None, *, strategy=None, num_workers: int | None = None,
+            batch_size: int | None = None):
     """Makes ``model``'s training steps take the profile's emulated device time.
 
     Args:
@@ -184,6 +200,10 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
       strategy: the strategy the model trains under (defaults to the current one); its
         cluster gives the number of workers.
       num_workers: overrides the worker count read from the strategy.
+      batch_size: samples whose step takes the profile's ``base_ms``; a step over ``r`` rows
+        takes ``base_ms x r / batch_size`` (sized tasks of per-worker batch-size strategies
+        process more or fewer rows). Default: the strategy's dataset batch when it re-batches
+        the data (sized strategies), else ``base_ms`` per step.
 
     Returns:
       The :class:`EmulatedDevice` (its ``tasks_per_worker()`` counts tasks per worker).
@@ -193,7 +213,7 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
     if num_workers is None:
         num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
     with strategy.scope():
-        device = EmulatedDevice(profile, num_workers)
+        device = EmulatedDevice(profile, num_workers, batch_size, strategy)
     model.train_step = device.wrap(model.train_step, model)
     if profile.link_mbps:  # read by strategies that push over the emulated link (H-PS)
         strategy.link_us_per_byte = profile.link_us_per_byte(num_workers)

@@ -40,14 +40,23 @@ PlanEntry = Union[int, Pulled]
 @dataclasses.dataclass
 class Plan:
     """An assignment policy's answer: one entry per task of the next round (a worker may
-    appear several times), the projected round time and task time per worker (read by sync
-    policies and task transfer), and a log of why (``info``, copied to ``Round.info`` for
-    people and reports; the engine never reads it)."""
+    appear several times), the size of each task in work units (``sizes``, parallel to
+    ``entries``; ``None``: one unit each -- a unit is a granule of samples, see
+    :class:`~tf_hetero.engine.state.Task`), the projected round time and task time per
+    worker (read by sync policies and task transfer), and a log of why (``info``, copied to
+    ``Round.info`` for people and reports; the engine never reads it)."""
 
     entries: list
     info: dict = dataclasses.field(default_factory=dict)
     expected_s: float = math.nan
     task_s: dict = dataclasses.field(default_factory=dict)
+    sizes: list | None = None
+
+    def __post_init__(self):
+        if self.sizes is not None and (len(self.sizes) != len(self.entries)
+                                       or any(int(n) < 1 for n in self.sizes)):
+            raise ValueError(f"Plan sizes {self.sizes!r}: need one size >= 1 per entry "
+                             f"({len(self.entries)}).")
 
     @property
     def participants(self) -> tuple:

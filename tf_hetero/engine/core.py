@@ -399,9 +399,10 @@ class RoundEngine:
         rnd.expected_s = plan.expected_s
         rnd.task_s = dict(plan.task_s)
         book.open = rnd
-        for entry in entries:
+        sizes = plan.sizes or [1] * len(entries)
+        for entry, size in zip(entries, sizes):
             task = self._pending.popleft()
-            task.round = rnd.id
+            task.round, task.size = rnd.id, int(size)
             rnd.tasks.append(task)
             if isinstance(entry, Pulled):  # pulled by the first allowed worker to be free
                 task.state = S.QUEUED
@@ -463,7 +464,10 @@ class RoundEngine:
         lanes = next((got for got in (c.round_lanes(rnd, copies) for c in self.components)
                       if got is not None), None)
         if lanes is None:
-            lanes = collections.Counter(t.lane_id for t in copies if t.state == S.DONE)
+            lanes = collections.Counter()
+            for t in copies:
+                if t.state == S.DONE:
+                    lanes[t.lane_id] += t.size
         # A lane still writing this round cannot be read consistently: leave it out.
         rnd.lanes = {w: n for w, n in sorted(lanes.items()) if w not in late_lanes}
         # Tasks never handed out go back to the front of the queue for the next round.

@@ -32,7 +32,8 @@ MODES = ("strict", "pipelined")
 class LocalAccumulation(Component):
     """Buffers on the workers, push flags per task, drain rounds (see the module docstring).
 
-    ``held[w]`` counts the micro-batches worker ``w`` holds in its buffer, not yet pushed.
+    ``held[w]`` counts the work units (micro-batches, or granules of a sized task) worker
+    ``w`` holds in its buffer, not yet pushed.
     """
 
     def __init__(self, mode: str = "strict"):
@@ -71,9 +72,9 @@ class LocalAccumulation(Component):
     def on_task_done(self, task, worker) -> None:
         """Its gradient is in the buffer, or pushed."""
         if task.push & PUSH_ALL:
-            task.pushed, self.held[worker] = self.held[worker] + (0 if task.drain else 1), 0
+            task.pushed, self.held[worker] = self.held[worker] + (0 if task.drain else task.size), 0
         elif not task.drain:
-            self.held[worker] += 1
+            self.held[worker] += task.size
 
     def round_lanes(self, rnd, copies):
         """Lanes carry what the round's pushes carried, not its own tasks."""

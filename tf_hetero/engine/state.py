@@ -89,6 +89,9 @@ class Task:
     push: int = 0  # local accumulation: PUSH_OLD / PUSH_ALL flags (0: keep it local)
     pushed: int = 0  # local accumulation: micro-batches its push carried
     drain: bool = False  # a push-only task (no micro-batch of its own)
+    #: Work units the task processes: granules of samples its step reads and concatenates
+    #: into one batch (sized strategies); its gradient weighs ``size`` in the round's mean.
+    size: int = 1
 
     @property
     def duration(self) -> float:

@@ -4,7 +4,7 @@ per family, each implementing one Protocol of :mod:`tf_hetero.engine.api`.
 - :mod:`~tf_hetero.policies.sync` -- ``should_close(round, now)``: Async, AllTasks, FirstK,
   SlackSync;
 - :mod:`~tf_hetero.policies.assign` -- ``plan(RoundContext) -> Plan``: OnePerWorker,
-  OnePerIdleWorker, ElasticParallelism, SpeedProportional;
+  OnePerIdleWorker, ElasticParallelism, SpeedProportional, BalancedBatches;
 - :mod:`~tf_hetero.policies.gate` -- ``may_start(worker, clocks)``: Unbounded, StalenessBound;
 - :mod:`~tf_hetero.policies.late` -- ``weight(staleness)``: StalenessWeight;
 - :mod:`~tf_hetero.policies.transfer` -- ``should_transfer(elapsed, typical)``: TransferAfter;
@@ -12,8 +12,8 @@ per family, each implementing one Protocol of :mod:`tf_hetero.engine.api`.
   StragglerProjection) and its warm-up rule.
 """
 
-from tf_hetero.policies.assign import (ElasticParallelism, OnePerIdleWorker, OnePerWorker,
-                                       SpeedProportional)
+from tf_hetero.policies.assign import (BalancedBatches, ElasticParallelism, OnePerIdleWorker,
+                                       OnePerWorker, SpeedProportional)
 from tf_hetero.policies.estimate import (Projection, StragglerProjection, smoothed_time, warm)
 from tf_hetero.policies.gate import StalenessBound, Unbounded
 from tf_hetero.policies.late import StalenessWeight
@@ -21,6 +21,6 @@ from tf_hetero.policies.sync import AllTasks, Async, FirstK, SlackSync
 from tf_hetero.policies.transfer import TransferAfter
 
 __all__ = ["Async", "AllTasks", "FirstK", "SlackSync", "OnePerWorker", "OnePerIdleWorker",
-           "ElasticParallelism", "SpeedProportional", "Unbounded", "StalenessBound",
+           "ElasticParallelism", "SpeedProportional", "BalancedBatches", "Unbounded", "StalenessBound",
            "StalenessWeight", "TransferAfter", "Projection", "StragglerProjection",
            "smoothed_time", "warm"]

@@ -18,7 +18,8 @@ import numpy as np
 from tf_hetero.engine.api import Plan, Pulled, RoundContext
 from tf_hetero.policies.estimate import DEFAULT_ALPHA, StragglerProjection, smoothed_time
 
-__all__ = ["OnePerWorker", "OnePerIdleWorker", "ElasticParallelism", "SpeedProportional"]
+__all__ = ["OnePerWorker", "OnePerIdleWorker", "ElasticParallelism", "SpeedProportional",
+           "BalancedBatches"]
 
 
 class OnePerWorker:
@@ -204,4 +205,109 @@ class SpeedProportional:
 
     def __repr__(self):
         return (f"SpeedProportional(round_tasks={self.round_tasks}, min_tasks={self.min_tasks}, "
+                f"memory_budget={self.memory_budget!r}, alpha={self.alpha})")
+
+
+class BalancedBatches:
+    """Per-worker batch *sizes* at the balance point (LB-BSP, H-PS): one task per live worker
+    per round, and the round's global batch of ``units`` work units (granules of samples) is
+    split across the workers in proportion to their measured speed, so that all finish
+    together; each worker runs its share as one task (one closure, one push). The round's
+    update is the size-weighted mean of the workers' gradients: one step on the whole
+    global batch.
+
+    Speed: each worker's smoothed seconds per unit (task time / task size, newest task
+    weighing ``alpha``). Fixed costs per task (dispatch, reads, the push) make a small task
+    look slower per unit; the split still converges to equal task times, the fixed point of
+    "share proportional to units per second". Integer shares minimise the projected makespan
+    (:meth:`SpeedProportional.shares`), with at least ``min_units`` and at most
+    ``memory_budget[w]`` units per worker. Before every live worker has a measured task the
+    split is even.
+
+    ``units`` may be left ``None`` until the data set is known (:meth:`set_units`: the
+    strategy calls it with the global batch in granules when it builds the workers' data).
+
+    >>> from tf_hetero.engine import RoundContext
+    >>> class M:
+    ...     def unit_times(self, w): return [[1.0, 0.02, 0.02], [0.02] * 3, [0.08] * 3][w]
+    >>> p = BalancedBatches(16).plan(RoundContext(5, idle=(0, 1, 2), monitor=M()))
+    >>> p.entries, p.sizes
+    ([0, 1, 2], [7, 7, 2])
+    >>> BalancedBatches(16).plan(RoundContext(0, idle=(0, 1, 2, 3))).sizes
+    [4, 4, 4, 4]
+    """
+
+    def __init__(self, units: int | None = None, min_units: int = 1,
+                 memory_budget: int | Mapping[int, int] | Sequence[int] | None = None,
+                 alpha: float = DEFAULT_ALPHA):
+        if not isinstance(min_units, int) or min_units < 1:
+            raise ValueError(f"min_units={min_units!r}: need an integer >= 1 (every worker "
+                             "keeps a measured speed).")
+        self.min_units, self.alpha, self.memory_budget = min_units, alpha, memory_budget
+        self.units = None
+        if units is not None:
+            self.set_units(units)
+
+    def set_units(self, units: int) -> None:
+        """The global batch of a round, in work units."""
+        if not isinstance(units, int) or units < 1:
+            raise ValueError(f"units={units!r}: need an integer >= 1.")
+        self.units = units
+
+    def budget(self, worker: int) -> int:
+        b = self.memory_budget
+        if b is None:
+            return self.units
+        return b if isinstance(b, int) else dict(enumerate(b) if isinstance(b, Sequence)
+                                                 else b).get(worker, self.units)
+
+    def shares(self, times: Mapping[int, float]) -> dict[int, int]:
+        """Units per worker: proportional to speed (``1 / times[w]``), rounded so that the
+        projected makespan ``max k_w t_w`` is smallest (ties: the larger remainder), within
+        ``[min_units, budget]``.
+
+        >>> BalancedBatches(16).shares({0: 0.02, 1: 0.02, 2: 0.08})
+        {0: 7, 1: 7, 2: 2}
+        """
+        speed = {w: 1.0 / t for w, t in times.items()}
+        total = sum(speed.values())
+        ideal = {w: self.units * v / total for w, v in speed.items()}
+        k = {w: min(max(int(ideal[w]), self.min_units), self.budget(w)) for w in times}
+        while sum(k.values()) > self.units:  # the floors ask too much: the slowest give
+            w = max((w for w in k if k[w] > self.min_units), key=lambda w: (k[w] * times[w], w),
+                    default=None)
+            if w is None:
+                break
+            k[w] -= 1
+        while sum(k.values()) < self.units:
+            open_ = [w for w in k if k[w] < self.budget(w)]
+            if not open_:
+                break  # the budgets cap the round
+            k[min(open_, key=lambda w: ((k[w] + 1) * times[w], k[w] - ideal[w], w))] += 1
+        return dict(sorted(k.items()))
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        if self.units is None:
+            raise ValueError(
+                "the global batch of a round is not known: the workers' data set was not made "
+                "by this strategy. Fix: create per-worker data with "
+                "strategy.distribute_datasets_from_function (model.fit with a DatasetCreator "
+                "does), or pass the strategy's global_batch.")
+        live = list(ctx.live)
+        times = {w: smoothed_time(ctx.monitor.unit_times(w), self.alpha)
+                 if ctx.monitor is not None else math.nan for w in live}
+        if any(math.isnan(t) for t in times.values()):
+            times = {w: 1.0 for w in live}  # nothing measured yet: an even split
+        shares = self.shares(times)
+        workers = [w for w in live if shares.get(w, 0) > 0]
+        known = {w: t for w, t in times.items()}
+        expected = max(shares[w] * known[w] for w in workers) if workers else math.nan
+        info = {"sizes": {w: shares[w] for w in workers},
+                "unit_ms": {w: 1e3 * t for w, t in known.items()}, "expected_s": expected,
+                "capped": sum(shares.values()) < self.units}
+        return Plan(workers, info, expected, {w: shares[w] * known[w] for w in workers},
+                    sizes=[shares[w] for w in workers])
+
+    def __repr__(self):
+        return (f"BalancedBatches(units={self.units}, min_units={self.min_units}, "
                 f"memory_budget={self.memory_budget!r}, alpha={self.alpha})")

@@ -47,6 +47,7 @@ class Monitor:
         self.rounds: list[RoundRecord] = []
         self.events: list[tuple] = []
         self._durations: list[list[float]] = [[] for _ in range(num_workers)]  # per worker
+        self._unit_times: list[list[float]] = [[] for _ in range(num_workers)]  # s per unit
         self._summaries: list = []
         self.t0 = clock()
         # Local accumulation (H-PS) pushes once per worker per round, not once per task:
@@ -55,14 +56,16 @@ class Monitor:
 
     # ---------------------------------------------------------------- recording
     def record_task(self, worker: int, start: float, end: float, applied: bool,
-                    staleness: int, round: int | None = None) -> None:
+                    staleness: int, round: int | None = None, size: int = 1) -> None:
         with self._lock:
-            self.tasks.append(TaskRecord(worker, start, end, applied, staleness, round))
+            self.tasks.append(TaskRecord(worker, start, end, applied, staleness, round, size))
             self._durations[worker].append(end - start)
+            self._unit_times[worker].append((end - start) / max(size, 1))
 
     def on_task(self, task, applied: bool, staleness: int) -> None:
         """Engine hook: a :class:`~tf_hetero.engine.Task` finished (applied or dropped)."""
-        self.record_task(task.worker, task.t_start, task.t_end, applied, staleness, task.round)
+        self.record_task(task.worker, task.t_start, task.t_end, applied, staleness, task.round,
+                         getattr(task, "size", 1))
 
     def on_round(self, rnd) -> None:
         """Engine hook: a :class:`~tf_hetero.engine.Round` was applied (or closed empty)."""
@@ -100,6 +103,12 @@ class Monitor:
         """Durations of ``worker``'s finished tasks, oldest first."""
         with self._lock:
             return list(self._durations[worker])
+
+    def unit_times(self, worker: int) -> list[float]:
+        """Seconds per work unit (task duration / task size) of ``worker``'s finished tasks,
+        oldest first: what sized strategies estimate speed from."""
+        with self._lock:
+            return list(self._unit_times[worker])
 
     def snapshot(self) -> tuple[list[TaskRecord], list[RoundRecord]]:
         with self._lock:

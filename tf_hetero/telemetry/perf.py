@@ -22,7 +22,7 @@ import statistics
 from typing import Mapping, Sequence
 
 __all__ = ["capacities", "ideal_samples_per_sec", "efficiency", "bsp_efficiency_bound",
-           "ideal_over_tasks", "time_to_target", "RunFigures", "run_figures", "aggregate"]
+           "ideal_over_tasks", "time_to_target", "RunFigures", "run_figures", "aggregate", "round_breakdown"]
 
 
 def _check_slowdowns(slowdowns: Sequence[float]) -> None:
@@ -62,23 +62,29 @@ def ideal_over_tasks(batch_size: int, base_ms: float, profile, steps: Mapping[in
     """The ideal over the run actually made: each worker's capacity is the samples of the
     ``steps[w]`` steps it ran over their emulated time, integrated over the profile (a
     ``change=`` or transient draws count where they happened); a worker that ran nothing
-    counts at its expected speed at task 0.
+    counts at its expected speed at task 0. ``steps[w]`` is a number of steps of
+    ``batch_size`` samples, or the samples of each of its steps (sized tasks: a step of ``r``
+    samples takes ``base_ms x r / batch_size``).
 
     >>> from tf_hetero.emulation.profile import Profile
     >>> p = Profile.parse("change=1@2:4")   # worker 1 becomes 4x slower from its 3rd task
     >>> ideal_over_tasks(32, 100.0, p, {0: 4, 1: 4}, 2)   # 320 + 4*32 / (0.1 * (1+1+4+4))
+    448.0
+    >>> ideal_over_tasks(32, 100.0, p, {0: [64, 16], 1: [32] * 4}, 2)   # sizes do not matter
     448.0
     """
     if batch_size <= 0 or base_ms <= 0:
         raise ValueError(f"need batch_size > 0 and base_ms > 0; received {batch_size!r}, {base_ms!r}.")
     total = 0.0
     for w in range(num_workers):
-        n = steps.get(w, 0)
-        if n <= 0:
+        rows = steps.get(w, 0)
+        rows = [batch_size] * rows if isinstance(rows, int) else list(rows)
+        if not rows:
             total += batch_size / (base_ms / 1000.0 * profile.expected_slowdowns(num_workers)[w])
             continue
-        seconds = base_ms / 1000.0 * sum(profile.slowdown(w, t, num_workers) for t in range(n))
-        total += batch_size * n / seconds
+        seconds = base_ms / 1000.0 * sum(profile.slowdown(w, t, num_workers) * r / batch_size
+                                         for t, r in enumerate(rows))
+        total += sum(rows) / seconds
     return float(total)
 
 
@@ -105,15 +111,18 @@ class RunFigures:
     applied_samples: int
 
 
-def run_figures(records, fit_start: float, last_apply: float, samples_per_task: int) -> RunFigures:
+def run_figures(records, fit_start: float, last_apply: float, samples_per_unit: int) -> RunFigures:
     """Throughput of a run from its task records (:class:`~tf_hetero.telemetry.TaskRecord`):
-    applied samples over the span from ``fit_start`` to the later of ``last_apply`` and the
-    last task's end (async strategies apply inside the task).
+    applied samples (``size x samples_per_unit`` per record) over the span from ``fit_start``
+    to the later of ``last_apply`` and the last task's end (async strategies apply inside the
+    task).
 
     >>> from tf_hetero.telemetry.records import TaskRecord
     >>> recs = [TaskRecord(0, 1.0, 2.0), TaskRecord(1, 1.0, 3.0, applied=False)]
-    >>> run_figures(recs, fit_start=0.0, last_apply=4.0, samples_per_task=32)
+    >>> run_figures(recs, fit_start=0.0, last_apply=4.0, samples_per_unit=32)
     RunFigures(samples_per_sec=8.0, span_s=4.0, setup_s=1.0, applied_samples=32)
+    >>> run_figures([TaskRecord(0, 1.0, 2.0, size=5)], 0.0, 4.0, samples_per_unit=8).applied_samples
+    40
     """
     if not records:
         raise ValueError("run_figures: no task records; the run trained nothing.")
@@ -121,7 +130,7 @@ def run_figures(records, fit_start: float, last_apply: float, samples_per_task: 
     span = end - fit_start
     if span <= 0:
         raise ValueError(f"run_figures: the run ends at {end} before fit started at {fit_start}.")
-    applied = sum(r.applied for r in records) * samples_per_task
+    applied = sum(r.size for r in records if r.applied) * samples_per_unit
     return RunFigures(applied / span, span, min(r.start for r in records) - fit_start, applied)
 
 
@@ -139,3 +148,49 @@ def aggregate(values: Sequence[float | None]) -> dict:
     median = statistics.median(present) if present and missing < len(values) / 2 else None
     return {"median": median, "min": present[0] if present else None,
             "max": present[-1] if present else None, "missing": missing}
+
+
+def round_breakdown(rounds) -> dict:
+    """Where a training round's time goes, mean milliseconds per round over ``rounds``
+    (engine :class:`~tf_hetero.engine.Round` objects with their tasks):
+
+    - ``dispatch``: round opened -> a task's worker thread picked it up (queueing);
+    - ``task``: a task's closure on its worker thread (RPC, reads, compute, push);
+    - ``barrier``: a task's end -> the round closed (waiting for the round's last task);
+    - ``apply``: round closed -> its update applied (the apply closure, end to end);
+    - ``gap``: applied -> the book's next round opened (engine and fit's scheduling).
+
+    ``dispatch + task + barrier`` is the open->close time seen by a mean task, so
+    ``dispatch + task + barrier + apply + gap`` is the mean round-to-round time.
+
+    >>> from types import SimpleNamespace as NS
+    >>> t = lambda s, e: NS(t_start=s, t_end=e, drain=False, state="done")
+    >>> r0 = NS(kind="train", applied=2, book=0, t_open=0.0, t_close=0.3, t_applied=0.35,
+    ...         tasks=[t(0.02, 0.3), t(0.02, 0.2)])
+    >>> r1 = NS(kind="train", applied=2, book=0, t_open=0.4, t_close=0.7, t_applied=0.75,
+    ...         tasks=[t(0.42, 0.7), t(0.42, 0.6)])
+    >>> {k: round(v) for k, v in round_breakdown([r0, r1]).items()}
+    {'dispatch': 20, 'task': 230, 'barrier': 50, 'apply': 50, 'gap': 50, 'rounds': 2}
+    """
+    train = [r for r in rounds if str(r.kind) == "train" and r.applied > 0]
+    if not train:
+        return {}
+    dispatch, task, barrier, apply, gap = [], [], [], [], []
+    for r in train:
+        done = [t for t in r.tasks if str(t.state) == "done" and not t.drain and t.t_end]
+        if not done:
+            continue
+        dispatch.append(statistics.mean(t.t_start - r.t_open for t in done))
+        task.append(statistics.mean(t.t_end - t.t_start for t in done))
+        barrier.append(statistics.mean(max(r.t_close - t.t_end, 0.0) for t in done))
+        apply.append(r.t_applied - r.t_close)
+    opens = {}
+    for r in rounds:
+        opens.setdefault(r.book, []).append(r.t_open)
+    for r in train:
+        later = [t for t in opens[r.book] if t >= r.t_applied]
+        if later:
+            gap.append(min(later) - r.t_applied)
+    mean = lambda xs: 1e3 * statistics.mean(xs) if xs else math.nan  # noqa: E731
+    return {"dispatch": mean(dispatch), "task": mean(task), "barrier": mean(barrier),
+            "apply": mean(apply), "gap": mean(gap), "rounds": len(train)}

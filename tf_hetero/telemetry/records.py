@@ -18,7 +18,8 @@ class TaskRecord:
 
     ``applied``: its gradient reached the variables (False: dropped); ``staleness``: updates
     applied between its start and its own; ``round``: its round (``None``: async, or a task
-    log that does not know)."""
+    log that does not know); ``size``: work units it processed (granules of samples for a
+    sized strategy's task, else 1)."""
 
     worker: int
     start: float
@@ -26,6 +27,12 @@ class TaskRecord:
     applied: bool = True
     staleness: int = 0
     round: int | None = None
+    size: int = 1
+
+    @property
+    def unit_time(self) -> float:
+        """Seconds per work unit."""
+        return self.duration / max(self.size, 1)
 
     @property
     def duration(self) -> float:

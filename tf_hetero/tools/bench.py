@@ -209,7 +209,9 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
                                            momentum=cfg.momentum),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       steps_per_execution=k)
-    tf_hetero.emulate(model, profile, strategy=strategy)
+    # base_ms is one dataset batch's time for every row; a sized task's step (H-PS) takes
+    # it in proportion to the samples it reads.
+    tf_hetero.emulate(model, profile, strategy=strategy, batch_size=cfg.batch_size)
     stock = not isinstance(strategy, tf_hetero.HeteroStrategy)
     task_log = TaskLog.for_strategy(strategy) if stock else None
     sampler = _AccuracySampler(model, test.x, test.y, cfg.eval_interval_s)
@@ -252,14 +254,18 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
               f"failed while training, first: {sampler.failures[0]}", flush=True)
     # One clock for every row: from fit() being called to the last update applied.
     rounds_applied = [r.t_applied for r in strategy.monitor.rounds] if not stock else []
-    figures = metrics.run_figures(records, t0, max(rounds_applied, default=t0),
-                                  k * cfg.batch_size)
-    steps = {w: k * sum(r.worker == w for r in records) for w in range(cfg.workers)}
+    # A record's size counts work units: k dataset batches, or a sized task's granules.
+    granule = getattr(getattr(strategy, "config", None), "granule", None)
+    unit = granule or k * cfg.batch_size
+    figures = metrics.run_figures(records, t0, max(rounds_applied, default=t0), unit)
+    steps = ({w: [r.size * granule for r in records if r.worker == w]
+              for w in range(cfg.workers)} if granule else
+             {w: k * sum(r.worker == w for r in records) for w in range(cfg.workers)})
     ideal = metrics.ideal_over_tasks(cfg.batch_size, profile.base_ms, profile, steps, cfg.workers)
     sps = figures.samples_per_sec
     applied = sum(r.applied for r in records)
     hit = metrics.time_to_target(sampler.samples, cfg.target_accuracy)
-    computed = len(records) * k * cfg.batch_size
+    computed = sum(r.size for r in records) * unit
     measured = (traffic.per_sample(computed) if traffic is not None else
                 {"bytes_to_ps_per_sample": None, "bytes_from_ps_per_sample": None,
                  "ps_bytes": None, "ps_load_max_over_mean": None})
@@ -271,7 +277,10 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         rounds = len(engine.rounds) if engine and engine.rounds_mode else s["applied_tasks"]
         engine_figures = {
             "mean_staleness": s["mean_staleness"], "max_staleness": s["max_staleness"],
-            "mean_round_ms": s["mean_round_ms"] if engine and engine.rounds_mode else None}
+            "mean_round_ms": s["mean_round_ms"] if engine and engine.rounds_mode else None,
+            # Where a round's time goes (dispatch, task, barrier, apply, gap; mean ms).
+            "round_breakdown_ms": (metrics.round_breakdown(engine.rounds)
+                                   if engine and engine.rounds_mode else None)}
     result = {
         "strategy": spec,
         "samples_per_sec": sps,
@@ -295,6 +304,8 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         "lr_factor": lr_factor,
         **engine_figures,
         "tasks_per_worker": [sum(r.worker == w for r in records) for w in range(cfg.workers)],
+        "samples_per_worker": [sum(r.size for r in records if r.worker == w) * unit
+                               for w in range(cfg.workers)],
         "accuracy_curve": list(sampler.samples),
         # On the accuracy curve's clock: seconds since fit() was called.
         "timeline": [(r.worker, r.start - t0, r.end - t0, r.applied) for r in records],
@@ -379,6 +390,16 @@ def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
             f"{r['rounds']} | {round_ms} | "
             f"{r['dropped_tasks']} | {'/'.join(map(str, r['tasks_per_worker']))} |")
     lines.append(f"| ideal | | {ideal:.0f} | 1.000 | | | | | | | | |")
+    parts = ("dispatch", "task", "barrier", "apply", "gap")
+    rows = [r for r in results if r.get("round_breakdown_ms")]
+    if rows:
+        lines += ["", "Where a round's time goes (mean ms per round; docs/MEASUREMENT.md)", "",
+                  "| strategy | " + " | ".join(parts) + " | round |",
+                  "|---|" + "---:|" * (len(parts) + 1)]
+        for r in rows:
+            b = r["round_breakdown_ms"]
+            lines.append(f"| {r['strategy']} | " + " | ".join(f"{b[p]:.0f}" for p in parts)
+                         + f" | {sum(b[p] for p in parts if b[p] == b[p]):.0f} |")
     return "\n".join(lines)
 
 

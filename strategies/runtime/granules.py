@@ -1,0 +1,98 @@
+"""Sized tasks' data (per-worker batch sizes): the workers' data in granules, and the iterator
+a sized task reads ``n`` granules from as one batch.
+
+A strategy with per-worker batch sizes (:class:`~tf_hetero.policies.BalancedBatches`, H-PS)
+splits each round's global batch into tasks of different sizes, one per worker. The unit is a
+*granule* of ``g`` samples: the strategy re-batches the workers' data into granules when it
+distributes it (:func:`granulate`), and a task of size ``n`` reads ``n`` granules and
+concatenates them into one batch (:class:`GranuleIterator`): one forward and backward pass over
+``n x g`` samples, whose mean gradient then weighs ``n`` in the round's mean (exactly one step
+on the round's whole batch).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+__all__ = ["granulate", "GranuleIterator", "is_iterator"]
+
+
+def dataset_batch(dataset: tf.data.Dataset) -> int | None:
+    """The batch size of ``dataset``'s elements: static in its element spec
+    (``drop_remainder=True``), else the constant ``batch_size`` of the last ``batch()`` in its
+    pipeline (``ds.batch(64).repeat()``, the TF tutorial's: a private ``_batch_size`` of TF's
+    batch datasets, docs/TF_INTERNALS.md); ``None`` if neither is known."""
+    sizes = {s.shape[0] if s.shape.rank else None
+             for s in tf.nest.flatten(dataset.element_spec) if hasattr(s, "shape")}
+    size = sizes.pop() if len(sizes) == 1 else None
+    if size is not None:
+        return int(size)
+    node = dataset
+    for _ in range(64):  # up the pipeline: repeat, prefetch, shuffle, map... to the batch
+        batch = getattr(node, "_batch_size", None)
+        if batch is not None:
+            value = tf.get_static_value(batch)
+            return int(value) if value is not None else None
+        node = getattr(node, "_input_dataset", None)
+        if node is None:
+            return None
+    return None
+
+
+def granulate(dataset: tf.data.Dataset, granule: int, who: str) -> tuple[tf.data.Dataset, int]:
+    """``dataset`` (batched) re-batched into granules of ``granule`` samples, and its batch.
+
+    Raises a clear error when the batch is unknown (batch with ``drop_remainder=True``) or
+    not a multiple of ``granule``.
+    """
+    batch = dataset_batch(dataset)
+    if batch is None:
+        raise ValueError(
+            f"{who}: the batch size of the workers' dataset is not known "
+            f"({dataset.element_spec}); per-worker batch sizes are granules of it. Fix: end "
+            "the dataset with a constant .batch(n) (or drop_remainder=True).")
+    if batch % granule:
+        raise ValueError(f"{who}: the dataset's batch size {batch} is not a multiple of "
+                         f"granularity={granule}. Fix: pass granularity= a divisor of {batch}.")
+    return dataset.rebatch(granule, drop_remainder=True), batch
+
+
+def is_iterator(value) -> bool:
+    """A tf.data or distributed iterator (what a step calls ``next`` on)."""
+    return hasattr(value, "get_next") and hasattr(value, "__next__")
+
+
+class GranuleIterator:
+    """Stands in for a worker's iterator in a sized task: ``next()`` reads ``size`` granules
+    (an int64 tensor, >= 1) and returns them concatenated as one batch; everything else is
+    the wrapped iterator's."""
+
+    def __init__(self, iterator, size: tf.Tensor):
+        self._iterator, self._size = iterator, size
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.get_next()
+
+    def get_next(self):
+        first = next(self._iterator)
+        flat = tf.nest.flatten(first)
+        arrays = tuple(tf.TensorArray(t.dtype, size=0, dynamic_size=True, infer_shape=False)
+                       .write(0, t) for t in flat)
+
+        def more(i, *_):
+            return i < self._size
+
+        def read(i, *arrays):
+            nxt = tf.nest.flatten(next(self._iterator))
+            return (i + 1,) + tuple(a.write(tf.cast(i, tf.int32), x) for a, x in zip(arrays, nxt))
+
+        _, *arrays = tf.while_loop(more, read, (tf.constant(1, tf.int64),) + arrays)
+        parts = [tf.ensure_shape(a.concat(), [None] + t.shape[1:].as_list())
+                 for a, t in zip(arrays, flat)]
+        return tf.nest.pack_sequence_as(first, parts)
+
+    def __getattr__(self, name):
+        return getattr(self._iterator, name)
