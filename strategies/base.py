@@ -27,7 +27,7 @@ from tf_hetero.engine import LocalAccumulation
 from tf_hetero.engine.api import ReportsFigures
 from tf_hetero.telemetry import Monitor
 
-__all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "num_workers"]
+__all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "num_workers", "batch_sizes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +180,36 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         return (f"{type(self).__name__}(name={c.name!r}, sync={c.sync!r}, assign={c.assign!r}, "
                 f"gate={c.gate!r}, components={list(c.components)!r}, "
                 f"workers={self.monitor.num_workers})")
+
+
+def batch_sizes(who: str, workers: int, global_batch, granularity, min_samples=None,
+                memory_budget=None, alpha=policies.estimate.DEFAULT_ALPHA):
+    """The :class:`~tf_hetero.policies.BalancedBatches` of a strategy with per-worker batch
+    sizes: every setting in samples, checked before connecting (errors name ``who``), then
+    converted to granules."""
+    g = granularity
+    if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+        raise ValueError(f"{who}(granularity={g!r}): need samples >= 1 (e.g. 8).")
+    min_samples = g if min_samples is None else min_samples
+    for name, v in (("global_batch", global_batch), ("min_samples", min_samples)):
+        if v is not None and (not isinstance(v, int) or v < g or v % g):
+            raise ValueError(f"{who}({name}={v!r}): need a multiple of granularity={g}.")
+    if global_batch is not None and global_batch < workers * min_samples:
+        raise ValueError(f"{who}(global_batch={global_batch}) with {workers} workers: need "
+                         f">= {workers * min_samples} (min_samples={min_samples} per worker).")
+    budgets = (None if memory_budget is None else
+               [memory_budget] * workers if isinstance(memory_budget, int) else list(memory_budget))
+    if budgets is not None:
+        bad = [b for b in budgets if not isinstance(b, int) or b < min_samples]
+        if bad:
+            raise ValueError(f"{who}(memory_budget={memory_budget!r}): every budget must "
+                             f"be an integer >= min_samples={min_samples} samples per task.")
+        if global_batch is not None and sum(b // g for b in budgets) * g < global_batch:
+            raise ValueError(f"{who}: the memory budgets hold {sum(budgets)} samples per "
+                             f"round, fewer than global_batch={global_batch}. Fix: raise "
+                             "memory_budget or lower global_batch.")
+        budgets = [b // g for b in budgets]
+    return policies.BalancedBatches(None, min_samples // g, budgets, alpha)
 
 
 def num_workers(cluster_resolver, who: str) -> int:

@@ -11,14 +11,17 @@ built from the round engine's policies (:mod:`tf_hetero.policies`) and component
    projection, the stragglers and the participants (``strategy.monitor.rounds[i].info``;
    per-epoch counts reach Keras logs / TensorBoard through :class:`tf_hetero.MonitorLogs`).
 2. **Elastic parallelism** (:class:`~tf_hetero.policies.ElasticParallelism`): a round has
-   ``round_tasks`` tasks (default: one per worker, so the global batch per round is what a
-   BSP round would have). Its tasks are *pulled*: each participating worker takes the next
-   one when it is free, so fast ("pioneer") workers take more of them. Under enforced sync a
-   projected straggler sits the round out, so it does not set the round's critical path;
-   every ``probe_every``-th round it takes part again, and comes back for good once its
-   projection improves. The global batch per round stays ``round_tasks`` micro-batches; the
-   one exception is a round cut short by slack sync, whose unfinished tasks go back to the
-   queue (its update then averages fewer micro-batches).
+   BSP's global batch (``global_batch``, default workers x the dataset batch) and one task
+   per participating worker, sized in proportion to its measured speed in granules of
+   ``granularity`` samples (:class:`~tf_hetero.policies.BalancedBatches`; each task reads
+   its granules as one batch: one closure per worker per round). Under enforced sync a
+   projected straggler sits the round out, so it does not set the round's critical path,
+   and the "pioneers" take its share as extra samples in their one task; every
+   ``probe_every``-th round it takes part again (with a share sized to its speed), and comes
+   back for good once its projection improves. A round cut short by slack sync applies the
+   tasks that are in (its update then averages fewer samples). With ``round_tasks=T``
+   instead, the 0.2 behaviour: T one-micro-batch tasks *pulled* by the participants (fast
+   workers take more of them, in several closures).
 3. **Task transfer** (:class:`~tf_hetero.engine.TaskTransfer` with
    :class:`~tf_hetero.policies.TransferAfter`): when the round has no task
    left to hand out, an idle pioneer gets a copy of a task that has run ``transfer_factor`` x
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 from tf_hetero import policies
 from tf_hetero.engine import LateFolding, TaskTransfer
-from tf_hetero.strategies.base import EngineConfig, HeteroStrategy, num_workers
+from tf_hetero.strategies.base import EngineConfig, HeteroStrategy, batch_sizes, num_workers
 
 __all__ = ["EPSPStrategy"]
 
@@ -53,7 +56,8 @@ class EPSPStrategy(HeteroStrategy):
     """Elastic-parallelism synchronous parallel (see the module docstring for each argument)."""
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, sync: str = "enforced",
-                 round_tasks: int | None = None, straggler_factor: float = 1.5,
+                 round_tasks: int | None = None, global_batch: int | None = None,
+                 granularity: int = 8, straggler_factor: float = 1.5,
                  window: int = 8, probe_every: int = 8, transfer_factor: float | None = 1.5,
                  quorum: float = 0.75, deadline_factor: float = 2.0, late: str = "fold",
                  max_staleness: int = 8, stall_timeout_s: float = 600.0):
@@ -62,7 +66,13 @@ class EPSPStrategy(HeteroStrategy):
         if late not in ("fold", "drop"):
             raise ValueError(f"EPSPStrategy(late={late!r}): use 'fold' or 'drop'.")
         workers = num_workers(cluster_resolver, "EPSPStrategy")
-        round_tasks = workers if round_tasks is None else round_tasks
+        batches, granule = None, None
+        if round_tasks is None:  # per-worker batch sizes
+            batches = batch_sizes("EPSPStrategy", workers, global_batch, granularity)
+            granule, round_tasks = granularity, workers
+        elif global_batch is not None:
+            raise ValueError("EPSPStrategy: give global_batch (per-worker batch sizes) or "
+                             "round_tasks (pulled micro-batch tasks), not both.")
         if not isinstance(round_tasks, int) or round_tasks < 1:
             raise ValueError(f"EPSPStrategy(round_tasks={round_tasks!r}): need an integer >= 1 "
                              f"(default: the number of workers, {workers}).")
@@ -81,6 +91,7 @@ class EPSPStrategy(HeteroStrategy):
             f"epsp-{sync}",
             sync=slack_sync if slack else policies.AllTasks(),
             assign=policies.ElasticParallelism(round_tasks, projection, probe_every,
-                                               keep_stragglers=slack),
-            components=tuple(components), tick_s=TICK_S, stall_timeout_s=stall_timeout_s)
+                                               keep_stragglers=slack, batches=batches),
+            components=tuple(components), tick_s=TICK_S, stall_timeout_s=stall_timeout_s,
+            granule=granule, global_batch=global_batch)
         super().__init__(cluster_resolver, variable_partitioner, config=config)

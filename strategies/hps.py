@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from tf_hetero import policies
 from tf_hetero.engine import LocalAccumulation
-from tf_hetero.strategies.base import EngineConfig, HeteroStrategy, num_workers
+from tf_hetero.strategies.base import EngineConfig, HeteroStrategy, batch_sizes, num_workers
 from tf_hetero.strategies.runtime import quantize as quantize_module
 
 __all__ = ["HPSStrategy"]
@@ -60,8 +60,8 @@ class HPSStrategy(HeteroStrategy):
                              f"worker ({workers}) or a single integer.")
         codec = quantize_module.get(quantize).name  # a clear error for a bad name, before connecting
         if round_tasks is None:
-            assign, granule = _sized(workers, global_batch, granularity, min_samples,
-                                     memory_budget, alpha), granularity
+            assign, granule = batch_sizes("HPSStrategy", workers, global_batch, granularity,
+                                          min_samples, memory_budget, alpha), granularity
         else:
             if global_batch is not None:
                 raise ValueError("HPSStrategy: give global_batch (per-worker batch sizes) or "
@@ -74,33 +74,6 @@ class HPSStrategy(HeteroStrategy):
                               stall_timeout_s=stall_timeout_s, granule=granule,
                               global_batch=global_batch)
         super().__init__(cluster_resolver, variable_partitioner, config=config)
-
-
-def _sized(workers, global_batch, granularity, min_samples, memory_budget, alpha):
-    """Per-worker batch sizes: every size in samples, checked, then in granules."""
-    g = granularity
-    if not isinstance(g, int) or isinstance(g, bool) or g < 1:
-        raise ValueError(f"HPSStrategy(granularity={g!r}): need samples >= 1 (e.g. 8).")
-    min_samples = g if min_samples is None else min_samples
-    for name, v in (("global_batch", global_batch), ("min_samples", min_samples)):
-        if v is not None and (not isinstance(v, int) or v < g or v % g):
-            raise ValueError(f"HPSStrategy({name}={v!r}): need a multiple of granularity={g}.")
-    if global_batch is not None and global_batch < workers * min_samples:
-        raise ValueError(f"HPSStrategy(global_batch={global_batch}) with {workers} workers: need "
-                         f">= {workers * min_samples} (min_samples={min_samples} per worker).")
-    budgets = (None if memory_budget is None else
-               [memory_budget] * workers if isinstance(memory_budget, int) else list(memory_budget))
-    if budgets is not None:
-        bad = [b for b in budgets if not isinstance(b, int) or b < min_samples]
-        if bad:
-            raise ValueError(f"HPSStrategy(memory_budget={memory_budget!r}): every budget must "
-                             f"be an integer >= min_samples={min_samples} samples per task.")
-        if global_batch is not None and sum(b // g for b in budgets) * g < global_batch:
-            raise ValueError(f"HPSStrategy: the memory budgets hold {sum(budgets)} samples per "
-                             f"round, fewer than global_batch={global_batch}. Fix: raise "
-                             "memory_budget or lower global_batch.")
-        budgets = [b // g for b in budgets]
-    return policies.BalancedBatches(None, min_samples // g, budgets, alpha)
 
 
 def _shares(workers, round_tasks, min_tasks, memory_budget, alpha):

@@ -19,13 +19,13 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     out = tmp_path / "b.json"
-    proc = cli("bench", "--strategies", "bsp,backup,hpsint8", "--tasks", "40", "--steps-per-epoch", "20",
+    proc = cli("bench", "--strategies", "bsp,backup,hps,hpsint8", "--tasks", "40", "--steps-per-epoch", "20",
                "--profile", "slow=3:3;base_ms=30", "--target-accuracy", "0.2", "--repeats", "2",
                "--json", str(out), env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = {r["strategy"]: r for r in report["results"]}
-    assert list(rows) == ["pss", "bsp", "backup", "hpsint8"]  # the reference row comes first
+    assert list(rows) == ["pss", "bsp", "backup", "hps", "hpsint8"]  # the reference comes first
     grad = rows["pss"]["gradient_bytes_per_sample"]
     assert shutil.which("ss"), "traffic is measured with `ss` (iproute2); .ci/run installs it"
     for name in ("pss", "bsp", "backup"):  # every micro-batch reads the model and pushes
@@ -33,8 +33,12 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
         assert grad <= r["bytes_to_ps_per_sample"] < 3 * grad, (name, r["bytes_to_ps_per_sample"])
         assert grad <= r["bytes_from_ps_per_sample"] < 4 * grad, (name, r["bytes_from_ps_per_sample"])
         assert len(r["ps_bytes"]) == 2 and 1 <= r["ps_load_max_over_mean"] <= 2
-    # H-PS int8: one push per worker per round of 1-byte codes, measured as such.
-    assert rows["hpsint8"]["bytes_to_ps_per_sample"] < 0.5 * rows["bsp"]["bytes_to_ps_per_sample"]
+    # H-PS pushes once per worker per round (here 1 push per 32 samples, ~grad bytes per
+    # sample in fp32); int8 codes are a quarter of that, measured as such. (Compared with
+    # the fp32 row of the same strategy: both pay the same fixed cost of registering their
+    # functions, which at 40 tasks is a good part of the bytes.)
+    saved = rows["hps"]["bytes_to_ps_per_sample"] - rows["hpsint8"]["bytes_to_ps_per_sample"]
+    assert saved > 0.5 * grad, (saved, grad)
     for r in rows.values():
         assert KEYS <= set(r)
         assert r["tasks"] == 40 and r["repeats"] == 2

@@ -69,8 +69,9 @@ def test_every_task_applied_once_or_dropped_and_iterations_count_updates(
             assert r.applied > sum(r.lanes.values())
         else:
             assert r.applied == sum(r.lanes.values())
-    applied_tasks = sum(c.state in APPLIED for c in fit_tasks + copies)
-    assert sum(r.applied for r in engine.rounds) == applied_tasks
+    # Rounds count work units: a sized task (per-worker batch sizes) weighs its size.
+    applied_units = sum(c.size for c in fit_tasks + copies if c.state in APPLIED)
+    assert sum(r.applied for r in engine.rounds) == applied_units
     assert iterations == len(applied_rounds) == engine.version
     states = collections.Counter(str(c.state) for c in fit_tasks + copies)
     assert monitor.summary()["applied_tasks"] == states["done"] + states["folded"]

@@ -116,7 +116,7 @@ def test_pipelined_rounds_apply_the_previous_rounds_gradients_and_lose_none(clus
     engine = strategy.engine
     # Round 0 is pulled (no speeds yet): its tasks push at once; later rounds push late.
     assert engine.rounds[0].applied == per_round
-    assert engine.rounds[-1].info == {"drain": True}  # fit's join emptied the buffers
+    assert engine.rounds[-1].info["drain"] is True  # fit's join emptied the buffers
     assert sum(max(r.applied, 0) for r in engine.rounds) == rounds * per_round
     assert engine.rounds[1].applied == 0  # round 0 pushed its own; round 1 holds its buffers
     for r in engine.rounds[2:]:  # round r applies what round r - 1 computed

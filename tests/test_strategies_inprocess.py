@@ -258,7 +258,8 @@ def test_epsp_enforced_without_stragglers_equals_large_batch_sgd(cluster, data):
 
     x, y = data
     # No transfer: a copy would read a batch of its own worker (the case is covered below).
-    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced", transfer_factor=None)
+    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced", transfer_factor=None,
+                                      round_tasks=N)
     with strategy.scope():
         model = _model()
         model.compile(keras.optimizers.SGD(0.1, momentum=0.9), _loss())
@@ -296,7 +297,7 @@ def test_epsp_enforced_without_stragglers_equals_large_batch_sgd(cluster, data):
 def test_epsp_enforced_leaves_a_projected_straggler_out_and_logs_why(cluster):
     import tf_hetero
 
-    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced", window=3,
+    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced", window=3, round_tasks=N,
                                       probe_every=4)
     _fit_with_profile(cluster, strategy, "slow=2:4;base_ms=30", steps=45)
     engine = strategy.engine
@@ -313,7 +314,8 @@ def test_epsp_enforced_leaves_a_projected_straggler_out_and_logs_why(cluster):
 def test_epsp_transfers_long_tasks_and_applies_only_the_first_copy(cluster):
     import tf_hetero
 
-    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced", transfer_factor=1.5)
+    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced", transfer_factor=1.5,
+                                      round_tasks=N)
     _fit_with_profile(cluster, strategy, "straggle=0.3x6;base_ms=20;seed=3", steps=45)
     engine = strategy.engine
     transfers = [e for e in strategy.monitor.events if e[1] == "transfer"]
@@ -330,7 +332,7 @@ def test_epsp_transfers_long_tasks_and_applies_only_the_first_copy(cluster):
 def test_epsp_slack_folds_or_drops_late_gradients(cluster, late):
     import tf_hetero
 
-    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="slack", late=late, quorum=0.6,
+    strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="slack", late=late, quorum=0.6, round_tasks=N,
                                       transfer_factor=None)
     _fit_with_profile(cluster, strategy, "slow=2:4;base_ms=30", steps=45)
     engine = strategy.engine

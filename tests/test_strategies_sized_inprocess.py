@@ -95,6 +95,26 @@ def test_sized_rounds_equal_one_step_on_the_global_batch(cluster, optimizer):
     assert strategy.monitor.summary()["pushes"] == rounds * N  # one push per worker per round
 
 
+def test_epsp_pioneers_take_a_left_out_stragglers_share_in_their_one_task(cluster):
+    import tf_hetero
+
+    rounds = 10
+    strategy = tf_hetero.EPSPStrategy(cluster.resolver, granularity=GRANULE, window=3,
+                                      probe_every=100, transfer_factor=None)
+    model, x, y = _fit(strategy, rounds, "momentum", profile="slow=2:4;base_ms=40")
+    engine = strategy.engine
+    units = N * BATCH // GRANULE
+    out = [r for r in engine.rounds if 2 in r.info.get("stragglers", ())]
+    assert out, [r.info for r in engine.rounds]
+    for r in out:  # the straggler sits out; the two pioneers read the whole global batch
+        assert sorted(t.worker for t in r.tasks) == [0, 1]
+        assert sum(t.size for t in r.tasks) == units == r.applied
+    for r in engine.rounds:
+        assert len({t.worker for t in r.tasks}) == len(r.tasks)  # one closure per worker
+    for got, want in zip(model.get_weights(), _reference(engine, x, y, "momentum")):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_sizes_off_the_even_split_would_not_match(cluster):
     """The reference is sensitive to the sizes: the same fit checked as if every task had
     read an even share fails (so the test above would catch a wrong size or weighting)."""

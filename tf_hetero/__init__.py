@@ -53,6 +53,7 @@ _EXPORTS = {
     "EPSPStrategy": "tf_hetero.strategies",
     "HPSStrategy": "tf_hetero.strategies",
     "ParameterServerError": "tf_hetero.strategies",
+    "DivergenceError": "tf_hetero.policies.diverge",
 }
 _SUBPACKAGES = ("models", "strategies", "data", "engine", "policies", "telemetry", "cluster",
                 "emulation", "callbacks")

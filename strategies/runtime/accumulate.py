@@ -243,8 +243,10 @@ class Accumulators:
         ``weights[lane, slot]`` (float) says how much each micro-batch in that accumulator
         lane counts (1 for the closing round, less for a late gradient folded in, 0 for the
         rest); a lane counts only if its tag equals ``expected[lane, slot]``. The update is
-        the weighted mean ``sum(w * acc) / sum(w * count)``. Returns the number of
-        micro-batches it contains.
+        the weighted mean ``sum(w * acc) / sum(w * count)``. Returns ``[micro-batches it
+        contains, global norm of the mean gradient]`` (float64); a gradient that is not finite
+        goes in as zeros (the weights stay finite; a momentum optimizer still moves once) and
+        the engine stops training (:mod:`tf_hetero.policies.diverge`).
         """
         strategy = self.strategy
 
@@ -260,8 +262,16 @@ class Accumulators:
                         w = tf.cast(tf.transpose(valid), acc.dtype)  # [slot, lane]
                         total = tf.tensordot(w, acc, axes=[[0, 1], [0, 1]])
                         grads.append(total / tf.cast(tf.maximum(n, 1e-6), acc.dtype))
-                with tf.control_dependencies([optimizer.apply_gradients(zip(grads, self.variables))]):
-                    return tf.reduce_sum(tf.cast(valid > 0, counts.dtype) * counts)
+                norm = tf.cast(tf.linalg.global_norm(grads), tf.float64)
+                applied = tf.reduce_sum(tf.cast(valid > 0, counts.dtype) * counts)
+                # A NaN/Inf gradient would poison the weights for good: it goes in as zeros
+                # (apply_gradients cannot sit in a tf.cond: its merge_call refuses control
+                # flow), and the engine stops training on the norm it reports.
+                finite = tf.math.is_finite(norm)
+                grads = [tf.where(finite, g, tf.zeros_like(g)) for g in grads]
+                with tf.control_dependencies(
+                        [optimizer.apply_gradients(zip(grads, self.variables))]):
+                    return tf.stack([tf.cast(applied, tf.float64), norm])
 
             return strategy.run(step)
 

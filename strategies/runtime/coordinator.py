@@ -52,6 +52,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.dispatcher = ClosureDispatcher(self, self.tracer)
         if self.engine is not None:
             self.engine.dispatcher = self.dispatcher
+            self.engine.describe_lr = self.tracer.describe_learning_rates
             if self.config.tick_s:  # deadlines and task transfer need time to pass
                 watchdog.start_ticker(self, self.config.tick_s)
         workers.instrument(self)

@@ -128,8 +128,9 @@ class ClosureDispatcher:
 
             @tf.function
             def fn(weights, expected):
-                counts = [f(weights, expected) for f in fns]
-                return counts[0]
+                out = [f(weights, expected) for f in fns]  # [micro-batches, gradient norm]
+                norm = tf.sqrt(tf.add_n([o[1] ** 2 for o in out]))
+                return tf.stack([out[0][0], norm])
 
             self._apply_fns[accumulators] = fn
         return fn

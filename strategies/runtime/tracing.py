@@ -110,6 +110,20 @@ class StepTracer:
         return StepEntry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep,
                          accumulators=accs)
 
+    def describe_learning_rates(self) -> str:
+        """``"learning rate 0.32"`` of the optimizers the training steps use (for the
+        divergence message); a schedule is named by its class."""
+        rates = []
+        for acc in self.accumulators:
+            lr = getattr(getattr(acc, "optimizer", None), "learning_rate", None)
+            if lr is None:
+                continue
+            try:
+                rates.append(f"{float(lr):g}")
+            except (TypeError, ValueError):
+                rates.append(type(lr).__name__)
+        return f"learning rate {', '.join(dict.fromkeys(rates))}" if rates else ""
+
     def _make_buffers(self, python_fn, args, kwargs) -> None:
         """Local accumulation: a first trace finds the step's optimizers and variables, so
         that their per-worker buffers exist before the real trace (they cannot be created

@@ -75,7 +75,8 @@ def _instrument(coordinator, worker, attempt, versions):
             if local and task.pushed and not task.stale:
                 monitor.record_push(end)
         elif tag is not None and tag.kind == ClosureKind.APPLY:
-            engine.apply_finished(tag.round_id, int(round(float(tag.result.fetch()))))
+            applied, norm = (float(v) for v in tag.result.fetch())
+            engine.apply_finished(tag.round_id, int(round(applied)), grad_norm=norm)
         elif tag is not None and tag.kind == ClosureKind.ASYNC and error is None:
             with versions.lock:
                 staleness = versions.version - version

@@ -66,8 +66,9 @@ class RoundEngine:
 
     def __init__(self, num_workers: int, sync=None, assign=None, dispatcher=None, gate=None,
                  monitor=None, clock: Callable[[], float] = time.perf_counter, *,
-                 components: Sequence[Component] = (), books=None):
+                 components: Sequence[Component] = (), books=None, guard=None):
         from tf_hetero.policies import Async, OnePerWorker, Unbounded
+        from tf_hetero.policies.diverge import DivergenceGuard
 
         self.num_workers = num_workers
         if books is None:
@@ -92,6 +93,10 @@ class RoundEngine:
         self.version = 0  # applied updates (rounds, or async tasks)
         self._flushing = False
         self._error: BaseException | None = None
+        #: Reads each applied round's gradient norm (None: no check).
+        self.guard = guard if guard is not None else DivergenceGuard()
+        #: Optional ``() -> str`` naming the learning rate, for the divergence message.
+        self.describe_lr = None
         for c in self.components:
             c.attach(self)
 
@@ -219,11 +224,26 @@ class RoundEngine:
                     c.after_event(book)
             self._changed.notify_all()
 
-    def apply_finished(self, round_id: int, applied: int) -> None:
-        """The apply of ``round_id`` ran; ``applied`` micro-batches went into it."""
+    def apply_finished(self, round_id: int, applied: int, grad_norm: float | None = None) -> None:
+        """The apply of ``round_id`` ran; ``applied`` micro-batches went into it, and the
+        norm of its mean gradient was ``grad_norm`` (checked by :attr:`guard`: divergence
+        stops the engine with a :class:`~tf_hetero.policies.diverge.DivergenceError`)."""
         with self._lock:
             rnd = self.rounds[round_id]
             rnd.applied, rnd.t_applied = applied, self.clock()
+            if grad_norm is not None:
+                rnd.info["grad_norm"] = grad_norm
+                why = self.guard.check(round_id, grad_norm) if self.guard else None
+                if why is not None:
+                    from tf_hetero.policies.diverge import DivergenceError
+
+                    hint = self.describe_lr() if self.describe_lr else ""
+                    self.fail(DivergenceError(
+                        f"tf-hetero: training diverged: {why}. Fix: lower the learning rate"
+                        f"{' (' + hint + ')' if hint else ''}, or warm it up over the first "
+                        "rounds; a round averages several micro-batches, so the linear rule's "
+                        "rate is larger than a single-worker one."))
+                    return
             self.version += 1
             book = self.books[rnd.book]
             if book.applying is rnd:
@@ -283,6 +303,8 @@ class RoundEngine:
         with self._lock:
             self._error = None
             self._flushing = False
+            if self.guard is not None:
+                self.guard.reset()  # e.g. the user lowered the learning rate
             self._changed.notify_all()
 
     @property

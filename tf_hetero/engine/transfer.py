@@ -55,7 +55,8 @@ class TaskTransfer(Component):
                 return
             original = max(slow, key=lambda t: now - t.t_start)
             copy = engine.new_task(engine.dispatcher.duplicate(original), round=rnd.id,
-                                   lane=lane, twin=original, duplicate=True)
+                                   lane=lane, twin=original, duplicate=True,
+                                   size=original.size)
             original.twin = copy
             rnd.copies.append(copy)
             if engine.monitor:

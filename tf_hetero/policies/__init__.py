@@ -9,11 +9,13 @@ per family, each implementing one Protocol of :mod:`tf_hetero.engine.api`.
 - :mod:`~tf_hetero.policies.late` -- ``weight(staleness)``: StalenessWeight;
 - :mod:`~tf_hetero.policies.transfer` -- ``should_transfer(elapsed, typical)``: TransferAfter;
 - :mod:`~tf_hetero.policies.estimate` -- the one task-time estimator (smoothed_time,
-  StragglerProjection) and its warm-up rule.
+  StragglerProjection) and its warm-up rule;
+- :mod:`~tf_hetero.policies.diverge` -- ``check(round, gradient norm)``: DivergenceGuard.
 """
 
 from tf_hetero.policies.assign import (BalancedBatches, ElasticParallelism, OnePerIdleWorker,
                                        OnePerWorker, SpeedProportional)
+from tf_hetero.policies.diverge import DivergenceError, DivergenceGuard
 from tf_hetero.policies.estimate import (Projection, StragglerProjection, smoothed_time, warm)
 from tf_hetero.policies.gate import StalenessBound, Unbounded
 from tf_hetero.policies.late import StalenessWeight
@@ -23,4 +25,4 @@ from tf_hetero.policies.transfer import TransferAfter
 __all__ = ["Async", "AllTasks", "FirstK", "SlackSync", "OnePerWorker", "OnePerIdleWorker",
            "ElasticParallelism", "SpeedProportional", "BalancedBatches", "Unbounded", "StalenessBound",
            "StalenessWeight", "TransferAfter", "Projection", "StragglerProjection",
-           "smoothed_time", "warm"]
+           "smoothed_time", "warm", "DivergenceGuard", "DivergenceError"]

@@ -51,12 +51,18 @@ class ElasticParallelism:
     With ``keep_stragglers=True`` (slack sync) stragglers always take part: their late
     gradients are folded into a later round instead of blocking this one.
 
+    With ``batches`` (a :class:`BalancedBatches`), a round is one sized task per participant
+    instead of ``round_tasks`` pulled ones: the participants split the round's global batch
+    in proportion to their speed, so pioneers take a straggler's share as extra samples in
+    their one task (one closure each), and projections are per work unit.
+
     Its plan logs what it decided (participants, stragglers, projection, probe) in ``info``
     and passes the projected task times to sync policies and task transfer.
     """
 
     def __init__(self, round_tasks: int, projection: StragglerProjection | None = None,
-                 probe_every: int = 8, keep_stragglers: bool = False):
+                 probe_every: int = 8, keep_stragglers: bool = False,
+                 batches: "BalancedBatches | None" = None):
         if not isinstance(round_tasks, int) or round_tasks < 1:
             raise ValueError(f"round_tasks={round_tasks!r}: need an integer >= 1.")
         if not isinstance(probe_every, int) or probe_every < 1:
@@ -65,10 +71,17 @@ class ElasticParallelism:
         self.projection = projection or StragglerProjection()
         self.probe_every = probe_every
         self.keep_stragglers = keep_stragglers
+        self.batches = batches
+
+    def set_units(self, units: int) -> None:
+        """Sized rounds: the global batch in work units (see :class:`BalancedBatches`)."""
+        if self.batches is None:
+            raise ValueError("ElasticParallelism without batches does not size tasks.")
+        self.batches.set_units(units)
 
     def plan(self, ctx: RoundContext) -> Plan:
         live = list(ctx.live)
-        proj = self.projection.project(ctx.monitor, live)
+        proj = self.projection.project(ctx.monitor, live, per_unit=self.batches is not None)
         probing = ctx.round_id % self.probe_every == self.probe_every - 1
         fast = [w for w in live if not proj[w].straggler]
         participants = live if (self.keep_stragglers or probing or not fast) else fast
@@ -78,6 +91,13 @@ class ElasticParallelism:
                 "stragglers": tuple(w for w in live if proj[w].straggler),
                 "projection": {w: (p.expected_s, p.spread_s) for w, p in proj.items()},
                 "expected_s": expected}
+        if self.batches is not None:  # one sized task per participant
+            chosen = set(participants)
+            sized = self.batches.plan(RoundContext(
+                ctx.round_id, tuple(w for w in ctx.idle if w in chosen),
+                tuple(w for w in ctx.busy if w in chosen), ctx.monitor))
+            info.update(sized.info)
+            return Plan(sized.entries, info, sized.expected_s, sized.task_s, sizes=sized.sizes)
         return Plan([Pulled(participants)] * self.round_tasks, info, expected,
                     {w: p.expected_s for w, p in proj.items()})
 

@@ -84,8 +84,11 @@ class StragglerProjection:
             raise ValueError(f"min_samples={min_samples!r}: need an integer from 1 to window.")
         self.window, self.factor, self.min_samples = window, factor, min_samples
 
-    def project(self, monitor, workers) -> dict:
-        history = {w: warm(monitor.durations(w)) if monitor is not None else [] for w in workers}
+    def project(self, monitor, workers, per_unit: bool = False) -> dict:
+        """Projections of ``workers``' next task time (``per_unit``: of their time per work
+        unit, for sized tasks whose durations follow their sizes)."""
+        series = (lambda w: monitor.unit_times(w)) if per_unit else (lambda w: monitor.durations(w))
+        history = {w: warm(series(w)) if monitor is not None else [] for w in workers}
         stats = {}
         for w, d in history.items():
             d = d[-self.window:]
