@@ -58,8 +58,11 @@ class EngineConfig:
     #: one batch (:mod:`tf_hetero.strategies.runtime.granules`); ``assign`` must size tasks
     #: (``set_units``). ``None``: a task reads one dataset batch per step.
     granule: int | None = None
-    #: Sized tasks: samples per round (``None``: workers x the dataset's batch, as BSP).
+    #: Sized tasks: samples per round (``None``: ``round_batches`` x the dataset's batch).
     global_batch: int | None = None
+    #: Sized tasks: dataset batches per round when ``global_batch`` is not given (``None``:
+    #: one per worker, BSP's global batch).
+    round_batches: int | None = None
 
     def __post_init__(self):
         if not (isinstance(self.stall_timeout_s, (int, float)) and self.stall_timeout_s > 0):
@@ -153,7 +156,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         c = self._hetero_config
         dataset, batch = granulate(dataset, c.granule, type(self).__name__)
         workers = self._extended._num_workers  # pylint: disable=protected-access
-        global_batch = c.global_batch or workers * batch
+        global_batch = c.global_batch or (c.round_batches or workers) * batch
         if global_batch % c.granule:
             raise ValueError(f"{type(self).__name__}(global_batch={global_batch}) is not a "
                              f"multiple of granularity={c.granule}.")
@@ -183,13 +186,19 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
 
 
 def batch_sizes(who: str, workers: int, global_batch, granularity, min_samples=None,
-                memory_budget=None, alpha=policies.estimate.DEFAULT_ALPHA):
+                memory_budget=None, alpha=policies.estimate.DEFAULT_ALPHA, round_batches=None):
     """The :class:`~tf_hetero.policies.BalancedBatches` of a strategy with per-worker batch
     sizes: every setting in samples, checked before connecting (errors name ``who``), then
     converted to granules."""
     g = granularity
     if not isinstance(g, int) or isinstance(g, bool) or g < 1:
         raise ValueError(f"{who}(granularity={g!r}): need samples >= 1 (e.g. 8).")
+    if round_batches is not None:
+        if global_batch is not None:
+            raise ValueError(f"{who}: give global_batch (samples) or round_batches (dataset "
+                             "batches per round), not both.")
+        if not isinstance(round_batches, int) or isinstance(round_batches, bool) or round_batches < 1:
+            raise ValueError(f"{who}(round_batches={round_batches!r}): need an integer >= 1.")
     min_samples = g if min_samples is None else min_samples
     for name, v in (("global_batch", global_batch), ("min_samples", min_samples)):
         if v is not None and (not isinstance(v, int) or v < g or v % g):

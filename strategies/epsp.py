@@ -11,7 +11,8 @@ built from the round engine's policies (:mod:`tf_hetero.policies`) and component
    projection, the stragglers and the participants (``strategy.monitor.rounds[i].info``;
    per-epoch counts reach Keras logs / TensorBoard through :class:`tf_hetero.MonitorLogs`).
 2. **Elastic parallelism** (:class:`~tf_hetero.policies.ElasticParallelism`): a round has
-   BSP's global batch (``global_batch``, default workers x the dataset batch) and one task
+   a global batch (``global_batch`` samples or ``round_batches`` dataset batches; default
+   BSP's, workers x the dataset batch) and one task
    per participating worker, sized in proportion to its measured speed in granules of
    ``granularity`` samples (:class:`~tf_hetero.policies.BalancedBatches`; each task reads
    its granules as one batch: one closure per worker per round). Under enforced sync a
@@ -57,6 +58,7 @@ class EPSPStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, sync: str = "enforced",
                  round_tasks: int | None = None, global_batch: int | None = None,
+                 round_batches: int | None = None,
                  granularity: int = 8, straggler_factor: float = 1.5,
                  window: int = 8, probe_every: int = 8, transfer_factor: float | None = 1.5,
                  quorum: float = 0.75, deadline_factor: float = 2.0, late: str = "fold",
@@ -68,11 +70,12 @@ class EPSPStrategy(HeteroStrategy):
         workers = num_workers(cluster_resolver, "EPSPStrategy")
         batches, granule = None, None
         if round_tasks is None:  # per-worker batch sizes
-            batches = batch_sizes("EPSPStrategy", workers, global_batch, granularity)
+            batches = batch_sizes("EPSPStrategy", workers, global_batch, granularity,
+                                  round_batches=round_batches)
             granule, round_tasks = granularity, workers
-        elif global_batch is not None:
-            raise ValueError("EPSPStrategy: give global_batch (per-worker batch sizes) or "
-                             "round_tasks (pulled micro-batch tasks), not both.")
+        elif global_batch is not None or round_batches is not None:
+            raise ValueError("EPSPStrategy: give global_batch or round_batches (per-worker "
+                             "batch sizes) or round_tasks (pulled micro-batch tasks), not both.")
         if not isinstance(round_tasks, int) or round_tasks < 1:
             raise ValueError(f"EPSPStrategy(round_tasks={round_tasks!r}): need an integer >= 1 "
                              f"(default: the number of workers, {workers}).")
@@ -93,5 +96,5 @@ class EPSPStrategy(HeteroStrategy):
             assign=policies.ElasticParallelism(round_tasks, projection, probe_every,
                                                keep_stragglers=slack, batches=batches),
             components=tuple(components), tick_s=TICK_S, stall_timeout_s=stall_timeout_s,
-            granule=granule, global_batch=global_batch)
+            granule=granule, global_batch=global_batch, round_batches=round_batches)
         super().__init__(cluster_resolver, variable_partitioner, config=config)

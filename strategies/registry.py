@@ -124,8 +124,7 @@ def _builtin():
         return tf.distribute.ParameterServerStrategy(resolver)
 
     def hps_tasks(workers, arg):
-        # Per-worker batch sizes (no number): BSP's global batch, N dataset batches per
-        # update; hpsT: T one-micro-batch tasks per round (the 0.2 mode).
+        # A round averages K dataset batches (hpsK; default N, BSP's global batch).
         return arg or workers
 
     register("pss", stock, help="stock TF ParameterServerStrategy (async reference)")
@@ -136,16 +135,16 @@ def _builtin():
              updates=lambda n, a: max(1, n - a), help="applies the first N-B tasks of a round")
     register("ssp", preset("SSPStrategy", staleness=_ARG), 3, "staleness",
              help="async, no worker more than S tasks ahead")
-    register("epsp", preset("EPSPStrategy", round_tasks=_ARG), None, "round_tasks",
-             updates=lambda n, a: a or n, help="EPSP enforced sync, T tasks per round")
-    register("epspslack", preset("EPSPStrategy", sync="slack", round_tasks=_ARG), None,
-             "round_tasks", updates=lambda n, a: a or n, help="EPSP slack sync")
-    register("hps", preset("HPSStrategy", round_tasks=_ARG), None, "round_tasks",
+    register("epsp", preset("EPSPStrategy", round_batches=_ARG), None, "batches per round",
+             updates=lambda n, a: a or n,
+             help="EPSP enforced sync, one task per participant sized by speed")
+    register("epspslack", preset("EPSPStrategy", sync="slack", round_batches=_ARG), None,
+             "batches per round", updates=lambda n, a: a or n, help="EPSP slack sync")
+    register("hps", preset("HPSStrategy", round_batches=_ARG), None, "batches per round",
              updates=hps_tasks,
-             help="H-PS per-worker batch sizes, one task and one push per worker per round "
-                  "(hpsT: T micro-batch tasks per round shared by speed)")
-    register("hpspipe", preset("HPSStrategy", round_tasks=_ARG, pipeline=True), None,
-             "round_tasks", updates=hps_tasks, help="H-PS with pipelined pushes")
+             help="H-PS per-worker batch sizes, one task and one push per worker per round")
+    register("hpspipe", preset("HPSStrategy", round_batches=_ARG, pipeline=True), None,
+             "batches per round", updates=hps_tasks, help="H-PS with pipelined pushes")
     register("hpsint", lambda r, b: preset("HPSStrategy", quantize=f"int{b}")(r, None), 8,
              "bits (8 or 4)", updates=lambda n, a: hps_tasks(n, None),
              help="H-PS with int8/int4 pushes")

@@ -19,13 +19,16 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     out = tmp_path / "b.json"
-    proc = cli("bench", "--strategies", "bsp,backup,hps,hpsint8", "--tasks", "40", "--steps-per-epoch", "20",
+    proc = cli("bench", "--strategies", "bsp,backup,hps,hpsint8,hps8", "--tasks", "40", "--steps-per-epoch", "40",
                "--profile", "slow=3:3;base_ms=30", "--target-accuracy", "0.2", "--repeats", "2",
                "--json", str(out), env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = {r["strategy"]: r for r in report["results"]}
-    assert list(rows) == ["pss", "bsp", "backup", "hps", "hpsint8"]  # the reference comes first
+    assert list(rows) == ["pss", "bsp", "backup", "hps", "hpsint8", "hps8"]  # reference first
+    for r in rows.values():  # the same sample budget, whatever a task reads
+        assert sum(r["samples_per_worker"]) == 40 * 32, (r["strategy"], r["samples_per_worker"])
+    assert rows["hps8"]["rounds"] == 5 and rows["hps"]["rounds"] == 10
     grad = rows["pss"]["gradient_bytes_per_sample"]
     assert shutil.which("ss"), "traffic is measured with `ss` (iproute2); .ci/run installs it"
     for name in ("pss", "bsp", "backup"):  # every micro-batch reads the model and pushes
@@ -41,7 +44,8 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
     assert saved > 0.5 * grad, (saved, grad)
     for r in rows.values():
         assert KEYS <= set(r)
-        assert r["tasks"] == 40 and r["repeats"] == 2
+        # (hps8: one closure per worker per round of 8 batches, so half as many closures)
+        assert r["tasks"] == (20 if r["strategy"] == "hps8" else 40) and r["repeats"] == 2
         assert 0 < r["efficiency"] <= 1.0  # one clock (fit() to the last apply) for every row
         assert 0 < r["setup_s"] < r["span_s"] and r["eval_failures"] == 0
         spread = r["spread"]["samples_per_sec"]

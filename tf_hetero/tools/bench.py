@@ -202,6 +202,17 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     strategy = registry.make(spec, cluster.resolver)
     k = cfg.steps_per_execution
     per_update = registry.updates_per_round(spec, cfg.workers) * k
+    # The same sample budget for every row: a Keras step is a closure, which reads one
+    # dataset batch, except a sized strategy's (one task per worker per round reading a
+    # share of the round's per_update batches): scale its steps so it reads as many.
+    granule = getattr(getattr(strategy, "config", None), "granule", None)
+    if granule and cfg.steps_per_epoch % per_update:
+        # (else an epoch would end in a partial round, sized differently)
+        raise ValueError(f"bench {spec}: steps_per_epoch={cfg.steps_per_epoch} is not a "
+                         f"multiple of its {per_update} batches per round. Fix: choose "
+                         "steps_per_epoch accordingly.")
+    steps_per_epoch = (cfg.steps_per_epoch * cfg.workers // per_update if granule
+                       else cfg.steps_per_epoch)
     with strategy.scope():
         model = models.build(cfg.model, input_shape=train.input_shape,
                              num_classes=train.num_classes, seed=cfg.seed)
@@ -227,7 +238,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     sampler.start(t0)
     progress = tf_hetero.Progress(5.0, task_log=task_log or TaskLog.for_strategy(strategy))
     model.fit(keras.utils.experimental.DatasetCreator(train_fn),
-              epochs=cfg.tasks // cfg.steps_per_epoch, steps_per_epoch=cfg.steps_per_epoch,
+              epochs=cfg.tasks // cfg.steps_per_epoch, steps_per_epoch=steps_per_epoch,
               verbose=0, callbacks=[progress])
     fit_wall = time.perf_counter() - t0
     # fit() returns after the last apply: the row's traffic, read before anything else runs.
@@ -255,7 +266,6 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     # One clock for every row: from fit() being called to the last update applied.
     rounds_applied = [r.t_applied for r in strategy.monitor.rounds] if not stock else []
     # A record's size counts work units: k dataset batches, or a sized task's granules.
-    granule = getattr(getattr(strategy, "config", None), "granule", None)
     unit = granule or k * cfg.batch_size
     figures = metrics.run_figures(records, t0, max(rounds_applied, default=t0), unit)
     steps = ({w: [r.size * granule for r in records if r.worker == w]
