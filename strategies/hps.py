@@ -15,13 +15,15 @@ What each part of the paper became here:
    the same way at BSP barriers. With ``round_tasks=T`` instead, the 0.2 behaviour: a round
    is T one-micro-batch tasks shared in proportion to speed
    (:class:`~tf_hetero.policies.SpeedProportional`; one closure per micro-batch).
-2. **One push per worker per round** (:class:`~tf_hetero.engine.LocalAccumulation`,
-   :mod:`tf_hetero.strategies.runtime.local_push`): a task adds
-   its gradient to a buffer on its own worker (per-worker variables); a worker pushes its
-   buffer to its PS lane once per round, so network traffic per round scales with the
-   workers, not the micro-batches. The round's apply then runs the user's optimizer once on
-   the mean of all ``round_tasks`` micro-batch gradients: with ``pipeline=False`` (strict)
-   this is exactly one large-batch step.
+2. **One push per worker per round**: a sized task is its worker's whole share, so it pushes
+   once. In strict fp32 mode it writes straight into its PS lane, as BSP's tasks do; with
+   pipelining or a lossy codec (and in the ``round_tasks`` mode, where a worker runs several
+   micro-batch tasks) a task adds its gradient to a buffer on its own worker
+   (:class:`~tf_hetero.engine.LocalAccumulation`,
+   :mod:`tf_hetero.strategies.runtime.local_push`) and the buffer is pushed once per round, so
+   network traffic per round scales with the workers, not the micro-batches. The round's
+   apply runs the user's optimizer once on the size-weighted mean: with ``pipeline=False``
+   (strict) exactly one large-batch step.
 3. **Pipelining** (``pipeline=True``): each worker pushes the previous round's buffer during
    its first task of the next round, overlapping the transfer with compute; every update
    then uses gradients one round old (staleness 1, recorded by the monitor). Strict mode has

@@ -37,7 +37,8 @@ class StrategyEntry:
     ``create(cluster_resolver, arg)`` builds it; ``arg`` is the number after the name
     (``default_arg`` without one; ``arg_meaning`` says what it sets, empty: takes none);
     ``micro_batches_per_update(num_workers, arg)`` is how many micro-batches one update
-    averages (the linear learning-rate rule scales by it)."""
+    averages (the linear learning-rate rule scales by it); ``sized``: one task per worker per
+    round, sized by speed (a round reads that many dataset batches in N closures)."""
 
     name: str
     create: Callable
@@ -45,6 +46,7 @@ class StrategyEntry:
     arg_meaning: str = ""
     micro_batches_per_update: Callable[[int, int | None], int] = lambda workers, arg: 1
     help: str = ""
+    sized: bool = False
 
 
 _REGISTRY: dict[str, StrategyEntry] = {}
@@ -52,7 +54,7 @@ _REGISTRY: dict[str, StrategyEntry] = {}
 
 def register(name: str, create: Callable, default_arg: int | None = None, arg: str = "", *,
              updates: Callable[[int, int | None], int] = lambda workers, arg: 1,
-             help: str = "", replace: bool = False) -> None:  # pylint: disable=redefined-builtin
+             help: str = "", replace: bool = False, sized: bool = False) -> None:  # pylint: disable=redefined-builtin
     """Adds a strategy: ``create(cluster_resolver, arg)`` builds it; ``NAME<k>`` sets ``arg``
     (its meaning: ``arg``); ``updates(num_workers, arg)``: micro-batches per update."""
     if not re.fullmatch(r"[a-z]+", name):
@@ -60,7 +62,7 @@ def register(name: str, create: Callable, default_arg: int | None = None, arg: s
     if name in _REGISTRY and not replace:
         raise ValueError(f"strategy {name!r} is registered already ({_REGISTRY[name].help}). "
                          "Fix: choose another name, or pass replace=True.")
-    _REGISTRY[name] = StrategyEntry(name, create, default_arg, arg, updates, help)
+    _REGISTRY[name] = StrategyEntry(name, create, default_arg, arg, updates, help, sized)
 
 
 def unregister(name: str) -> None:
@@ -137,19 +139,19 @@ def _builtin():
              help="async, no worker more than S tasks ahead")
     register("epsp", preset("EPSPStrategy", round_batches=_ARG), None, "batches per round",
              updates=lambda n, a: a or n,
-             help="EPSP enforced sync, one task per participant sized by speed")
+             help="EPSP enforced sync, one task per participant sized by speed", sized=True)
     register("epspslack", preset("EPSPStrategy", sync="slack", round_batches=_ARG), None,
-             "batches per round", updates=lambda n, a: a or n, help="EPSP slack sync")
+             "batches per round", updates=lambda n, a: a or n, help="EPSP slack sync", sized=True)
     register("hps", preset("HPSStrategy", round_batches=_ARG), None, "batches per round",
              updates=hps_tasks,
-             help="H-PS per-worker batch sizes, one task and one push per worker per round")
+             help="H-PS per-worker batch sizes, one task and one push per worker per round", sized=True)
     register("hpspipe", preset("HPSStrategy", round_batches=_ARG, pipeline=True), None,
-             "batches per round", updates=hps_tasks, help="H-PS with pipelined pushes")
+             "batches per round", updates=hps_tasks, help="H-PS with pipelined pushes", sized=True)
     register("hpsint", lambda r, b: preset("HPSStrategy", quantize=f"int{b}")(r, None), 8,
              "bits (8 or 4)", updates=lambda n, a: hps_tasks(n, None),
-             help="H-PS with int8/int4 pushes")
+             help="H-PS with int8/int4 pushes", sized=True)
     register("hpsfp", lambda r, b: preset("HPSStrategy", quantize=f"fp{b}")(r, None), 16,
-             "bits (16)", updates=lambda n, a: hps_tasks(n, None), help="H-PS with fp16 pushes")
+             "bits (16)", updates=lambda n, a: hps_tasks(n, None), help="H-PS with fp16 pushes", sized=True)
 
 
 _ARG = object()  # in preset(): "the number after the name goes here"

@@ -104,6 +104,13 @@ class BenchConfig:
         if self.steps_per_epoch % self.steps_per_execution:
             raise ValueError(f"bench steps_per_epoch={self.steps_per_epoch} must be a multiple of "
                              f"steps_per_execution={self.steps_per_execution}.")
+        for s in self.strategies:  # checked before any cluster starts
+            per_round = registry.updates_per_round(s, self.workers) * self.steps_per_execution
+            if registry.entry(registry.parse(s)[0]).sized and self.steps_per_epoch % per_round:
+                raise ValueError(
+                    f"bench {s}: steps_per_epoch={self.steps_per_epoch} is not a multiple of "
+                    f"its {per_round} batches per round (an epoch would end in a partial round, "
+                    "sized differently). Fix: choose steps_per_epoch accordingly.")
         if self.tasks % self.steps_per_epoch:
             raise ValueError(f"bench tasks={self.tasks} must be a multiple of "
                              f"steps_per_epoch={self.steps_per_epoch}.")
@@ -206,11 +213,6 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     # dataset batch, except a sized strategy's (one task per worker per round reading a
     # share of the round's per_update batches): scale its steps so it reads as many.
     granule = getattr(getattr(strategy, "config", None), "granule", None)
-    if granule and cfg.steps_per_epoch % per_update:
-        # (else an epoch would end in a partial round, sized differently)
-        raise ValueError(f"bench {spec}: steps_per_epoch={cfg.steps_per_epoch} is not a "
-                         f"multiple of its {per_update} batches per round. Fix: choose "
-                         "steps_per_epoch accordingly.")
     steps_per_epoch = (cfg.steps_per_epoch * cfg.workers // per_update if granule
                        else cfg.steps_per_epoch)
     with strategy.scope():
