@@ -102,9 +102,3 @@ def _shares(workers, round_tasks, min_tasks, memory_budget, alpha):
                 f"fewer than round_tasks={round_tasks}. Fix: raise memory_budget or lower "
                 "round_tasks.")
     return policies.SpeedProportional(round_tasks, min_tasks, memory_budget, alpha)
-
-
-def default_round_tasks(workers: int) -> int:
-    """Micro-batches per H-PS round by default: 4 per worker, so integer shares can follow
-    speed (a 4x slower worker takes 1 where the others take 5)."""
-    return 4 * workers

@@ -131,16 +131,21 @@ def test_sizes_off_the_even_split_would_not_match(cluster):
 
 
 def test_emulated_device_time_follows_the_samples_a_task_reads(cluster):
+    """Memory budgets pin the sizes to 1, 2 and 3 granules on equal workers: with device
+    time per sample, the 3-granule tasks take ~2 granules (100 ms) longer than the 1-granule
+    ones; with a fixed time per step they would take as long."""
+    import statistics
+
     import tf_hetero
 
-    strategy = tf_hetero.HPSStrategy(cluster.resolver, granularity=GRANULE)
-    _fit(strategy, 6, profile="base_ms=60")
-    tasks = [t for r in strategy.engine.rounds[2:] for t in r.tasks]
-    # Equal workers: per sample the same time; the split stays near even.
-    per_unit = [t.duration / t.size for t in tasks]
-    assert max(per_unit) < 2.5 * min(per_unit)
-    sizes = sorted({t.size for t in tasks})
-    assert sizes[0] >= 1 and sum(t.size for t in tasks[:N]) == N * BATCH // GRANULE
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, granularity=GRANULE,
+                                     memory_budget=[GRANULE, 2 * GRANULE, 3 * GRANULE])
+    _fit(strategy, 6, profile="base_ms=100")  # one batch (2 granules): 100 ms
+    tasks = [t for r in strategy.engine.rounds[1:] for t in r.tasks]
+    assert {t.worker: t.size for t in tasks} == {0: 1, 1: 2, 2: 3}
+    ms = {w: 1e3 * statistics.median(t.duration for t in tasks if t.worker == w)
+          for w in range(N)}
+    assert ms[2] - ms[0] > 60, ms
 
 
 def test_sized_strategy_settings_are_checked_before_connecting(cluster):

@@ -81,6 +81,7 @@ def decode_code(code: tf.Tensor):
     return (tf.math.floordiv(round_slot, 2), tf.math.floormod(round_slot, 2), push,
             tf.math.floormod(code, LANE_CODE) - 1)
 
+
 def decode_size(code: tf.Tensor) -> tf.Tensor:
     """In a task: the granules its step reads (int64; 1 for a task that writes nothing)."""
     size = tf.math.floormod(tf.math.floordiv(code, LANE_CODE), SIZE_CODE) + 1

@@ -172,10 +172,7 @@ class SpeedProportional:
         self.memory_budget = memory_budget
 
     def budget(self, worker: int) -> int:
-        b = self.memory_budget
-        if b is None:
-            return self.round_tasks
-        return b if isinstance(b, int) else b.get(worker, self.round_tasks)
+        return _budget(self.memory_budget, worker, self.round_tasks)
 
     def shares(self, times: Mapping[int, float]) -> dict[int, int]:
         """Micro-batches per worker for one round, given each worker's task time."""
@@ -263,6 +260,8 @@ class BalancedBatches:
         if not isinstance(min_units, int) or min_units < 1:
             raise ValueError(f"min_units={min_units!r}: need an integer >= 1 (every worker "
                              "keeps a measured speed).")
+        if isinstance(memory_budget, Sequence):
+            memory_budget = dict(enumerate(memory_budget))
         self.min_units, self.alpha, self.memory_budget = min_units, alpha, memory_budget
         self.units = None
         if units is not None:
@@ -275,11 +274,7 @@ class BalancedBatches:
         self.units = units
 
     def budget(self, worker: int) -> int:
-        b = self.memory_budget
-        if b is None:
-            return self.units
-        return b if isinstance(b, int) else dict(enumerate(b) if isinstance(b, Sequence)
-                                                 else b).get(worker, self.units)
+        return _budget(self.memory_budget, worker, self.units)
 
     def shares(self, times: Mapping[int, float]) -> dict[int, int]:
         """Units per worker: proportional to speed (``1 / times[w]``), rounded so that the
@@ -331,3 +326,10 @@ class BalancedBatches:
     def __repr__(self):
         return (f"BalancedBatches(units={self.units}, min_units={self.min_units}, "
                 f"memory_budget={self.memory_budget!r}, alpha={self.alpha})")
+
+
+def _budget(memory_budget, worker: int, default: int) -> int:
+    """A worker's ceiling: one integer for all, ``{worker: n}``, or ``default`` (none)."""
+    if memory_budget is None:
+        return default
+    return memory_budget if isinstance(memory_budget, int) else memory_budget.get(worker, default)
