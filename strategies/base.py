@@ -17,78 +17,15 @@ strategies (:mod:`tf_hetero.strategies.presets`, :mod:`~tf_hetero.strategies.eps
 
 from __future__ import annotations
 
-import dataclasses
-
 import tensorflow as tf
 from tensorflow.python.distribute import parameter_server_strategy_v2 as pssv2
 
-from tf_hetero import policies
-from tf_hetero.engine import LocalAccumulation
-from tf_hetero.engine.api import ReportsFigures
+# The pure part (which policies and components a strategy uses) lives in config.py, shared
+# with the simulator; re-exported here, where it always was.
+from tf_hetero.strategies.config import EngineConfig, batch_sizes
 from tf_hetero.telemetry import Monitor
 
 __all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "num_workers", "batch_sizes"]
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineConfig:
-    """What the round engine does with the tasks ``model.fit`` schedules.
-
-    ``sync``/``assign``/``gate`` are policies (:mod:`tf_hetero.policies`); ``components``
-    are engine mechanisms (:class:`~tf_hetero.engine.LocalAccumulation`,
-    :class:`~tf_hetero.engine.TaskTransfer`, :class:`~tf_hetero.engine.LateFolding`).
-    Async sync with no gate and no component needs no engine: every task is applied at once
-    as stock TF does (:class:`~tf_hetero.strategies.presets.ASPStrategy`).
-    """
-
-    name: str
-    sync: object = dataclasses.field(default_factory=policies.Async)
-    assign: object = dataclasses.field(default_factory=policies.OnePerWorker)
-    gate: object = dataclasses.field(default_factory=policies.Unbounded)
-    #: Seconds ``join``/``fetch`` may see no task or round finish before they give up with an
-    #: error (TF alone would wait up to an hour for a dead worker).
-    stall_timeout_s: float = 600.0
-    components: tuple = ()
-    #: Seconds between engine ticks (deadlines, transfer); 0 disables the ticker.
-    tick_s: float = 0.0
-    #: Codec of local-accumulation pushes (:mod:`tf_hetero.strategies.runtime.quantize`).
-    codec: str = "fp32"
-    #: Sized tasks (per-worker batch sizes): samples per work unit. The strategy re-batches
-    #: the workers' data into granules of this size and a task of size n reads n of them as
-    #: one batch (:mod:`tf_hetero.strategies.runtime.granules`); ``assign`` must size tasks
-    #: (``set_units``). ``None``: a task reads one dataset batch per step.
-    granule: int | None = None
-    #: Sized tasks: samples per round (``None``: ``round_batches`` x the dataset's batch).
-    global_batch: int | None = None
-    #: Sized tasks: dataset batches per round when ``global_batch`` is not given (``None``:
-    #: one per worker, BSP's global batch).
-    round_batches: int | None = None
-
-    def __post_init__(self):
-        if not (isinstance(self.stall_timeout_s, (int, float)) and self.stall_timeout_s > 0):
-            raise ValueError(f"stall_timeout_s={self.stall_timeout_s!r}: need seconds > 0.")
-        if self.sync.mode not in ("rounds", "async"):
-            raise ValueError(f"sync policy {self.sync!r} has mode {self.sync.mode!r}; "
-                             "expected 'rounds' or 'async'.")
-        object.__setattr__(self, "components", tuple(self.components))
-        if self.granule is not None and not hasattr(self.assign, "set_units"):
-            raise ValueError(f"granule={self.granule}: the assignment policy {self.assign!r} "
-                             "does not size tasks (it has no set_units).")
-
-    @property
-    def uses_engine(self) -> bool:
-        return (self.sync.mode == "rounds" or not isinstance(self.gate, policies.Unbounded)
-                or bool(self.components))
-
-    @property
-    def local(self) -> LocalAccumulation | None:
-        """The local-accumulation component (H-PS), if any."""
-        return next((c for c in self.components if isinstance(c, LocalAccumulation)), None)
-
-    def summaries(self) -> list:
-        """Policies' own monitor figures (``summary(rounds, num_workers)``)."""
-        return [p.summary for p in (self.sync, self.assign, self.gate)
-                if isinstance(p, ReportsFigures)]
 
 
 class HeteroExtended(pssv2.ParameterServerStrategyV2Extended):
@@ -183,42 +120,6 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         return (f"{type(self).__name__}(name={c.name!r}, sync={c.sync!r}, assign={c.assign!r}, "
                 f"gate={c.gate!r}, components={list(c.components)!r}, "
                 f"workers={self.monitor.num_workers})")
-
-
-def batch_sizes(who: str, workers: int, global_batch, granularity, min_samples=None,
-                memory_budget=None, alpha=policies.estimate.DEFAULT_ALPHA, round_batches=None):
-    """The :class:`~tf_hetero.policies.BalancedBatches` of a strategy with per-worker batch
-    sizes: every setting in samples, checked before connecting (errors name ``who``), then
-    converted to granules."""
-    g = granularity
-    if not isinstance(g, int) or isinstance(g, bool) or g < 1:
-        raise ValueError(f"{who}(granularity={g!r}): need samples >= 1 (e.g. 8).")
-    if round_batches is not None:
-        if global_batch is not None:
-            raise ValueError(f"{who}: give global_batch (samples) or round_batches (dataset "
-                             "batches per round), not both.")
-        if not isinstance(round_batches, int) or isinstance(round_batches, bool) or round_batches < 1:
-            raise ValueError(f"{who}(round_batches={round_batches!r}): need an integer >= 1.")
-    min_samples = g if min_samples is None else min_samples
-    for name, v in (("global_batch", global_batch), ("min_samples", min_samples)):
-        if v is not None and (not isinstance(v, int) or v < g or v % g):
-            raise ValueError(f"{who}({name}={v!r}): need a multiple of granularity={g}.")
-    if global_batch is not None and global_batch < workers * min_samples:
-        raise ValueError(f"{who}(global_batch={global_batch}) with {workers} workers: need "
-                         f">= {workers * min_samples} (min_samples={min_samples} per worker).")
-    budgets = (None if memory_budget is None else
-               [memory_budget] * workers if isinstance(memory_budget, int) else list(memory_budget))
-    if budgets is not None:
-        bad = [b for b in budgets if not isinstance(b, int) or b < min_samples]
-        if bad:
-            raise ValueError(f"{who}(memory_budget={memory_budget!r}): every budget must "
-                             f"be an integer >= min_samples={min_samples} samples per task.")
-        if global_batch is not None and sum(b // g for b in budgets) * g < global_batch:
-            raise ValueError(f"{who}: the memory budgets hold {sum(budgets)} samples per "
-                             f"round, fewer than global_batch={global_batch}. Fix: raise "
-                             "memory_budget or lower global_batch.")
-        budgets = [b // g for b in budgets]
-    return policies.BalancedBatches(None, min_samples // g, budgets, alpha)
 
 
 def num_workers(cluster_resolver, who: str) -> int:

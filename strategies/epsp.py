@@ -43,14 +43,13 @@ built from the round engine's policies (:mod:`tf_hetero.policies`) and component
 
 from __future__ import annotations
 
-from tf_hetero import policies
-from tf_hetero.engine import LateFolding, TaskTransfer
-from tf_hetero.strategies.base import EngineConfig, HeteroStrategy, batch_sizes, num_workers
+from tf_hetero.strategies import config as configs
+from tf_hetero.strategies.base import HeteroStrategy, num_workers
 
 __all__ = ["EPSPStrategy"]
 
 #: Seconds between engine ticks: how late a slack deadline or a transfer can fire.
-TICK_S = 0.005
+TICK_S = configs.EPSP_TICK_S
 
 
 class EPSPStrategy(HeteroStrategy):
@@ -63,38 +62,12 @@ class EPSPStrategy(HeteroStrategy):
                  window: int = 8, probe_every: int = 8, transfer_factor: float | None = 1.5,
                  quorum: float = 0.75, deadline_factor: float = 2.0, late: str = "fold",
                  max_staleness: int = 8, stall_timeout_s: float = 600.0):
-        if sync not in ("enforced", "slack"):
-            raise ValueError(f"EPSPStrategy(sync={sync!r}): use 'enforced' or 'slack'.")
-        if late not in ("fold", "drop"):
-            raise ValueError(f"EPSPStrategy(late={late!r}): use 'fold' or 'drop'.")
+        configs.check_epsp_modes(sync, late)  # before the cluster is asked, as always
         workers = num_workers(cluster_resolver, "EPSPStrategy")
-        batches, granule = None, None
-        if round_tasks is None:  # per-worker batch sizes
-            batches = batch_sizes("EPSPStrategy", workers, global_batch, granularity,
-                                  round_batches=round_batches)
-            granule, round_tasks = granularity, workers
-        elif global_batch is not None or round_batches is not None:
-            raise ValueError("EPSPStrategy: give global_batch or round_batches (per-worker "
-                             "batch sizes) or round_tasks (pulled micro-batch tasks), not both.")
-        if not isinstance(round_tasks, int) or round_tasks < 1:
-            raise ValueError(f"EPSPStrategy(round_tasks={round_tasks!r}): need an integer >= 1 "
-                             f"(default: the number of workers, {workers}).")
-        # Every policy is built here, so a bad value fails before connecting to the cluster.
-        projection = policies.StragglerProjection(window=window, factor=straggler_factor,
-                                                  min_samples=min(3, window))
-        slack = sync == "slack"
-        slack_sync = policies.SlackSync(quorum, deadline_factor)  # checked in either mode
-        components = []
-        if transfer_factor:
-            components.append(TaskTransfer(policies.TransferAfter(transfer_factor),
-                                           extra_lanes=workers))
-        if slack and late == "fold":
-            components.append(LateFolding(policies.StalenessWeight(max_staleness)))
-        config = EngineConfig(
-            f"epsp-{sync}",
-            sync=slack_sync if slack else policies.AllTasks(),
-            assign=policies.ElasticParallelism(round_tasks, projection, probe_every,
-                                               keep_stragglers=slack, batches=batches),
-            components=tuple(components), tick_s=TICK_S, stall_timeout_s=stall_timeout_s,
-            granule=granule, global_batch=global_batch, round_batches=round_batches)
+        config = configs.epsp(
+            workers, sync=sync, round_tasks=round_tasks, global_batch=global_batch,
+            round_batches=round_batches, granularity=granularity,
+            straggler_factor=straggler_factor, window=window, probe_every=probe_every,
+            transfer_factor=transfer_factor, quorum=quorum, deadline_factor=deadline_factor,
+            late=late, max_staleness=max_staleness, stall_timeout_s=stall_timeout_s)
         super().__init__(cluster_resolver, variable_partitioner, config=config)

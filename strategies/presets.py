@@ -19,8 +19,8 @@ True
 
 from __future__ import annotations
 
-from tf_hetero import policies
-from tf_hetero.strategies.base import EngineConfig, HeteroStrategy, num_workers
+from tf_hetero.strategies import config as configs
+from tf_hetero.strategies.base import HeteroStrategy, num_workers
 
 __all__ = ["ASPStrategy", "ASP", "BSPStrategy", "BackupWorkerStrategy", "SSPStrategy"]
 
@@ -31,7 +31,7 @@ class ASPStrategy(HeteroStrategy):
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
                  stall_timeout_s: float = 600.0):
         super().__init__(cluster_resolver, variable_partitioner,
-                         config=EngineConfig("asp", stall_timeout_s=stall_timeout_s))
+                         config=configs.asp(stall_timeout_s=stall_timeout_s))
 
 
 #: The name before 0.2 (kept one release).
@@ -43,8 +43,8 @@ class BSPStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
                  stall_timeout_s: float = 600.0):
-        super().__init__(cluster_resolver, variable_partitioner, config=EngineConfig(
-            "bsp", policies.AllTasks(), policies.OnePerWorker(), stall_timeout_s=stall_timeout_s))
+        super().__init__(cluster_resolver, variable_partitioner,
+                         config=configs.bsp(stall_timeout_s=stall_timeout_s))
 
 
 class BackupWorkerStrategy(HeteroStrategy):
@@ -53,12 +53,8 @@ class BackupWorkerStrategy(HeteroStrategy):
     def __init__(self, cluster_resolver, variable_partitioner=None, *, backups: int = 1,
                  stall_timeout_s: float = 600.0):
         workers = num_workers(cluster_resolver, "BackupWorkerStrategy")
-        if not isinstance(backups, int) or isinstance(backups, bool) or not 0 <= backups < workers:
-            raise ValueError(f"BackupWorkerStrategy(backups={backups!r}) with {workers} workers: "
-                             f"need an integer from 0 to {workers - 1}.")
-        super().__init__(cluster_resolver, variable_partitioner, config=EngineConfig(
-            f"backup{backups}", policies.FirstK(backups), policies.OnePerIdleWorker(),
-            stall_timeout_s=stall_timeout_s))
+        super().__init__(cluster_resolver, variable_partitioner,
+                         config=configs.backup(workers, backups, stall_timeout_s))
         self.backups = backups
 
 
@@ -67,9 +63,7 @@ class SSPStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, staleness: int = 3,
                  stall_timeout_s: float = 600.0):
-        if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 0:
-            raise ValueError(f"SSPStrategy(staleness={staleness!r}): need an integer >= 0.")
-        super().__init__(cluster_resolver, variable_partitioner, config=EngineConfig(
-            f"ssp{staleness}", policies.Async(), policies.OnePerWorker(),
-            policies.StalenessBound(staleness), stall_timeout_s=stall_timeout_s))
+        super().__init__(cluster_resolver, variable_partitioner,
+                         config=configs.ssp(staleness=staleness,
+                                            stall_timeout_s=stall_timeout_s))
         self.staleness = staleness

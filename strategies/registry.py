@@ -3,7 +3,7 @@ need to know of its strategy: how to build it, what a number after its name mean
 many micro-batches one update averages (the learning-rate rule).
 
 >>> names()
-['asp', 'backup', 'bsp', 'epsp', 'epspslack', 'hps', 'hpsfp', 'hpsint', 'hpspipe', 'pss', 'ssp']
+['asp', 'backup', 'bsp', 'dynsgd', 'epsp', 'epspslack', 'grouped', 'hps', 'hpsfp', 'hpsint', 'hpsoverlap', 'hpspipe', 'pss', 'ssp']
 >>> parse("backup2"), parse("ssp"), parse("bsp")
 (('backup', 2), ('ssp', 3), ('bsp', None))
 >>> updates_per_round("backup1", 4), updates_per_round("hps", 4), updates_per_round("hps16", 4)
@@ -27,7 +27,7 @@ import re
 from typing import Callable
 
 __all__ = ["StrategyEntry", "names", "parse", "make", "register", "unregister", "entry",
-           "updates_per_round", "help_text"]
+           "updates_per_round", "engine_config", "help_text"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +47,7 @@ class StrategyEntry:
     micro_batches_per_update: Callable[[int, int | None], int] = lambda workers, arg: 1
     help: str = ""
     sized: bool = False
+    config: Callable | None = None
 
 
 _REGISTRY: dict[str, StrategyEntry] = {}
@@ -54,15 +55,17 @@ _REGISTRY: dict[str, StrategyEntry] = {}
 
 def register(name: str, create: Callable, default_arg: int | None = None, arg: str = "", *,
              updates: Callable[[int, int | None], int] = lambda workers, arg: 1,
-             help: str = "", replace: bool = False, sized: bool = False) -> None:  # pylint: disable=redefined-builtin
+             help: str = "", replace: bool = False, sized: bool = False,
+             config: Callable | None = None) -> None:  # pylint: disable=redefined-builtin
     """Adds a strategy: ``create(cluster_resolver, arg)`` builds it; ``NAME<k>`` sets ``arg``
-    (its meaning: ``arg``); ``updates(num_workers, arg)``: micro-batches per update."""
+    (its meaning: ``arg``); ``updates(num_workers, arg)``: micro-batches per update;
+    ``config(num_workers, arg)``: its engine config without TensorFlow (for the simulator)."""
     if not re.fullmatch(r"[a-z]+", name):
         raise ValueError(f"strategy name {name!r}: use lowercase letters only.")
     if name in _REGISTRY and not replace:
         raise ValueError(f"strategy {name!r} is registered already ({_REGISTRY[name].help}). "
                          "Fix: choose another name, or pass replace=True.")
-    _REGISTRY[name] = StrategyEntry(name, create, default_arg, arg, updates, help, sized)
+    _REGISTRY[name] = StrategyEntry(name, create, default_arg, arg, updates, help, sized, config)
 
 
 def unregister(name: str) -> None:
@@ -92,6 +95,23 @@ def make(spec: str, cluster_resolver):
     return _REGISTRY[name].create(cluster_resolver, arg)
 
 
+def engine_config(spec: str, num_workers: int):
+    """The :class:`~tf_hetero.strategies.config.EngineConfig` the strategy named by ``spec``
+    gives the engine on ``num_workers`` workers, built without TensorFlow (the one its
+    ``create`` builds too).
+
+    >>> engine_config("backup2", 8).sync
+    FirstK(backups=2)
+    """
+    name, arg = parse(spec)
+    e = _REGISTRY[name]
+    if e.config is None:
+        raise ValueError(f"Strategy {name!r} was registered without config=: its engine "
+                         "configuration is known only to its TensorFlow constructor. Fix: "
+                         "register it with config=lambda num_workers, arg: EngineConfig(...).")
+    return e.config(num_workers, arg)
+
+
 def updates_per_round(spec: str, num_workers: int) -> int:
     """Micro-batches averaged into one update (for the linear learning-rate scaling rule)."""
     name, arg = parse(spec)
@@ -111,47 +131,77 @@ def help_text() -> str:
 
 
 def _builtin():
-    # Strategy modules import TensorFlow: build lazily, so the CLI's --help stays quick.
-    def preset(cls_name, **fixed):
-        def create(resolver, arg, _fixed=fixed):
+    # Strategy modules import TensorFlow: build lazily, so the CLI's --help stays quick. Each
+    # preset gives the same arguments to its class (create) and to its pure engine config
+    # (strategies/config.py, for the simulator): one source of truth for both.
+    def preset(cls_name, config_name, **fixed):
+        def kwargs(arg):
+            return {k: (arg if v is _ARG else v) for k, v in fixed.items()}
+
+        def create(resolver, arg):
             from tf_hetero import strategies
 
-            kwargs = {k: (arg if v is _ARG else v) for k, v in _fixed.items()}
-            return getattr(strategies, cls_name)(resolver, **kwargs)
-        return create
+            return getattr(strategies, cls_name)(resolver, **kwargs(arg))
+
+        def config(workers, arg):
+            from tf_hetero.strategies import config as configs
+
+            return getattr(configs, config_name)(workers, **kwargs(arg))
+        return {"create": create, "config": config}
 
     def stock(resolver, _):
         import tensorflow as tf
 
         return tf.distribute.ParameterServerStrategy(resolver)
 
+    def stock_config(workers, arg):
+        from tf_hetero.strategies import config as configs
+
+        return configs.asp(workers, name="pss")  # every task applied at once, by TF's closure queue
+
     def hps_tasks(workers, arg):
         # A round averages K dataset batches (hpsK; default N, BSP's global batch).
         return arg or workers
 
-    register("pss", stock, help="stock TF ParameterServerStrategy (async reference)")
-    register("asp", preset("ASPStrategy"), help="async, monitored (as stock TF)")
-    register("bsp", preset("BSPStrategy"), updates=lambda n, a: n,
+    register("pss", stock, config=stock_config,
+             help="stock TF ParameterServerStrategy (async reference)")
+    register("asp", **preset("ASPStrategy", "asp"), help="async, monitored (as stock TF)")
+    register("bsp", **preset("BSPStrategy", "bsp"), updates=lambda n, a: n,
              help="one task per worker per round, waits for all")
-    register("backup", preset("BackupWorkerStrategy", backups=_ARG), 1, "backups",
-             updates=lambda n, a: max(1, n - a), help="applies the first N-B tasks of a round")
-    register("ssp", preset("SSPStrategy", staleness=_ARG), 3, "staleness",
-             help="async, no worker more than S tasks ahead")
-    register("epsp", preset("EPSPStrategy", round_batches=_ARG), None, "batches per round",
+    register("backup", **preset("BackupWorkerStrategy", "backup", backups=_ARG), default_arg=1,
+             arg="backups", updates=lambda n, a: max(1, n - a),
+             help="applies the first N-B tasks of a round")
+    register("ssp", **preset("SSPStrategy", "ssp", staleness=_ARG), default_arg=3,
+             arg="staleness", help="async, no worker more than S tasks ahead")
+    register("epsp", **preset("EPSPStrategy", "epsp", round_batches=_ARG), arg="batches per round",
              updates=lambda n, a: a or n,
              help="EPSP enforced sync, one task per participant sized by speed", sized=True)
-    register("epspslack", preset("EPSPStrategy", sync="slack", round_batches=_ARG), None,
-             "batches per round", updates=lambda n, a: a or n, help="EPSP slack sync", sized=True)
-    register("hps", preset("HPSStrategy", round_batches=_ARG), None, "batches per round",
+    register("epspslack", **preset("EPSPStrategy", "epsp", sync="slack", round_batches=_ARG),
+             arg="batches per round", updates=lambda n, a: a or n, help="EPSP slack sync",
+             sized=True)
+    register("hps", **preset("HPSStrategy", "hps", round_batches=_ARG), arg="batches per round",
              updates=hps_tasks,
              help="H-PS per-worker batch sizes, one task and one push per worker per round", sized=True)
-    register("hpspipe", preset("HPSStrategy", round_batches=_ARG, pipeline=True), None,
-             "batches per round", updates=hps_tasks, help="H-PS with pipelined pushes", sized=True)
-    register("hpsint", lambda r, b: preset("HPSStrategy", quantize=f"int{b}")(r, None), 8,
-             "bits (8 or 4)", updates=lambda n, a: hps_tasks(n, None),
-             help="H-PS with int8/int4 pushes", sized=True)
-    register("hpsfp", lambda r, b: preset("HPSStrategy", quantize=f"fp{b}")(r, None), 16,
-             "bits (16)", updates=lambda n, a: hps_tasks(n, None), help="H-PS with fp16 pushes", sized=True)
+    register("hpsoverlap", **preset("HPSStrategy", "hps", round_batches=_ARG, overlap=True),
+             arg="batches per round", updates=hps_tasks,
+             help="H-PS whose next round runs while the last one is applied (staleness 1)",
+             sized=True)
+    register("hpspipe", **preset("HPSStrategy", "hps", round_batches=_ARG, pipeline=True),
+             arg="batches per round", updates=hps_tasks, help="H-PS with pipelined pushes",
+             sized=True)
+    # The number after hpsint/hpsfp is the codec's bits: the class takes quantize=, the pure
+    # config the canonical codec name (the class maps one to the other).
+    for kind, default, meaning, text in (("int", 8, "bits (8 or 4)", "H-PS with int8/int4 pushes"),
+                                         ("fp", 16, "bits (16)", "H-PS with fp16 pushes")):
+        register(f"hps{kind}",
+                 lambda r, b, k=kind: preset("HPSStrategy", "hps", quantize=f"{k}{b}")["create"](r, None),
+                 default, meaning, updates=lambda n, a: hps_tasks(n, None), help=text, sized=True,
+                 config=lambda n, b, k=kind: preset("HPSStrategy", "hps", codec=f"{k}{b}")["config"](n, None))
+    register("grouped", **preset("GroupedSyncStrategy", "grouped", groups=_ARG), default_arg=2,
+             arg="groups", updates=lambda n, a: n,
+             help="grouped hybrid sync: K groups of similar speed, sync within, async between")
+    register("dynsgd", **preset("DynSGDStrategy", "dynsgd"),
+             help="async, each update scaled by 1/(1+staleness) (DynSGD)")
 
 
 _ARG = object()  # in preset(): "the number after the name goes here"

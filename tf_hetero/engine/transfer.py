@@ -33,24 +33,27 @@ class TaskTransfer(Component):
                              "per copy that may run at once).")
         self.policy = policy
         self.extra_lanes = extra_lanes
+        self._typical_of = None  # (round, its typical task time), see _typical
 
     def after_event(self, book) -> None:
         engine = self.engine
         rnd = book.open
         if rnd is None or rnd.pull or engine._error is not None:  # pylint: disable=protected-access
             return
+        # Called after every event: the cheap reasons to do nothing come first (a 1000-worker
+        # round has 1000 events; each full pass here made it cost seconds).
+        running = [t for t in rnd.tasks if t.state == TaskState.RUNNING and t.twin is None]
+        if not running:
+            return
         now = engine.clock()
-        known = [rnd.task_s[w] if w in rnd.task_s else
-                 (engine.monitor.ewma_s(w) if engine.monitor else math.nan)
-                 for w in rnd.participants]
-        known = [m for m in known if not math.isnan(m)]
-        typical = statistics.median(known) if known else math.nan
-        for pioneer in [w for w in rnd.participants
-                        if engine.is_live(w) and not engine.busy(w)]:
-            running = [t for t in rnd.tasks if t.state == TaskState.RUNNING and t.twin is None
-                       and t.worker != pioneer]
+        typical = self._typical(rnd)
+        if not any(self.policy.should_transfer(now - t.t_start, typical) for t in running):
+            return
+        for pioneer in [w for w in rnd.participants if engine.is_live(w) and not engine.busy(w)]:
+            # A pioneer is idle: none of the running tasks is its own.
+            running = [t for t in running if t.twin is None]
             slow = [t for t in running if self.policy.should_transfer(now - t.t_start, typical)]
-            lane = self._free_lane(rnd)
+            lane = self._free_lane(rnd) if slow else None
             if not slow or lane is None:
                 return
             original = max(slow, key=lambda t: now - t.t_start)
@@ -63,6 +66,21 @@ class TaskTransfer(Component):
                 engine.monitor.on_event("transfer", round=rnd.id, task=original.id,
                                         straggler=original.worker, pioneer=pioneer)
             engine.dispatch(copy, pioneer, rnd.id)
+
+    def _typical(self, rnd) -> float:
+        """The median projected task time of ``rnd``'s participants (NaN: none known); fixed
+        for the round when its plan projected every participant, so computed once then."""
+        if self._typical_of is not None and self._typical_of[0] is rnd:
+            return self._typical_of[1]
+        engine = self.engine
+        known = [rnd.task_s[w] if w in rnd.task_s else
+                 (engine.monitor.ewma_s(w) if engine.monitor else math.nan)
+                 for w in rnd.participants]
+        known = [m for m in known if not math.isnan(m)]
+        typical = statistics.median(known) if known else math.nan
+        if all(w in rnd.task_s for w in rnd.participants):
+            self._typical_of = (rnd, typical)
+        return typical
 
     def _free_lane(self, rnd) -> int | None:
         engine = self.engine

@@ -1,0 +1,187 @@
+"""Fits the cost model's constants from a measured ``tf-hetero bench`` JSON.
+
+Each constant is measured on the rows that have its mechanism, from the per-task timeline
+and the round breakdown the bench records, never by matching the samples/s that the
+validation compares (docs/SIMULATOR.md):
+
+- ``stock_s`` / ``task_s``: median step time beyond the profile's device time, after each
+  worker's first step, on the unsized rows run by TF's closure queue (pss, asp) / by the
+  engine (bsp, backup, ssp); ``jitter_quantiles_s``: quantiles of that excess minus its
+  median (how much a step varies), on the same rows;
+- ``local_push_s``: the same excess on rows with H-PS's buffer path (hpsfp, hpsint,
+  hpspipe; device time from each worker's mean step size), minus ``task_s``;
+- ``first_task_s``: a worker's first step beyond its usual time (median over rows, workers);
+- ``dispatch_s``: the round breakdown's mean dispatch wait is ``dispatch_s (N + 1) / 2``
+  when the chief launches a round's N closures one at a time;
+- ``apply_s``: the breakdown's apply; ``first_apply_s``: the first round's pause beyond
+  the usual one, on rows whose rounds wait for all tasks;
+- ``setup_s``: median ``setup_s``; ``epoch_s``: the pause between epochs of async rows;
+- ``param_bytes``, ``wire_factor``: the gradient bytes, and the measured bytes to the PS
+  over them (pss row).
+
+``ps_s_per_byte`` and ``step_compute_s`` are not identifiable from such a run; they keep
+their values (``CostModel`` documents them).
+
+>>> fit({"config": {"workers": 4}, "results": []})
+Traceback (most recent call last):
+...
+ValueError: calibration: the bench JSON has no rows with a timeline. Fix: give a JSON written by tf-hetero bench (or benchmarks/measured/one_slow.json).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+
+import numpy as np
+
+from tf_hetero.emulation.profile import Profile
+from tf_hetero.sim.costs import CostModel, DeviceTimes
+
+__all__ = ["fit", "fit_file", "slim"]
+
+#: Keys of a bench row kept in a slim copy (benchmarks/measured/): what calibration and
+#: validation read.
+ROW_KEYS = ("strategy", "samples_per_sec", "efficiency", "time_to_target_s", "final_accuracy",
+            "rounds", "tasks", "applied_tasks", "dropped_tasks", "span_s", "setup_s",
+            "ideal_samples_per_sec", "tasks_per_worker", "samples_per_worker",
+            "round_breakdown_ms", "gradient_bytes_per_sample", "bytes_to_ps_per_sample",
+            "bytes_from_ps_per_sample", "learning_rate", "mean_staleness")
+
+
+def _per_worker(timeline, workers):
+    out = [[] for _ in range(workers)]
+    for w, start, end, _ in sorted(timeline, key=lambda r: r[1]):
+        out[w].append((start, end))
+    return out
+
+
+def _idle_gaps(timeline) -> list[float]:
+    """Pauses during which no step ran, in time order."""
+    gaps, last = [], None
+    for _, start, end, _ in sorted(timeline, key=lambda r: r[1]):
+        if last is not None and start > last:
+            gaps.append(start - last)
+        last = end if last is None else max(last, end)
+    return gaps
+
+
+def _excess(row, cfg, device, sized: bool):
+    """Per worker: (median step time beyond device time after the first step, first step's
+    excess beyond that, the excesses minus their median)."""
+    out = []
+    for w, steps in enumerate(_per_worker(row["timeline"], cfg["workers"])):
+        if len(steps) < 3:
+            continue
+        if sized:  # sizes are not in the timeline: the worker's mean step size
+            rows = row["samples_per_worker"][w] / row["tasks_per_worker"][w]
+            dev = [device.device_s(w, t, rows, cfg["batch_size"]) for t in range(len(steps))]
+        else:
+            dev = [device.device_s(w, t, cfg["batch_size"] * cfg.get("steps_per_execution", 1),
+                                   cfg["batch_size"]) for t in range(len(steps))]
+        extra = [(e - s) - d for (s, e), d in zip(steps, dev)]
+        usual = statistics.median(extra[1:])
+        out.append((usual, extra[0] - usual, [x - usual for x in extra[1:]]))
+    return out
+
+
+def fit(bench: dict, base: CostModel | None = None) -> CostModel:
+    """A :class:`~tf_hetero.sim.costs.CostModel` fitted from ``bench`` (a bench JSON)."""
+    from tf_hetero.strategies import registry
+
+    base = base or CostModel()
+    cfg = bench["config"]
+    rows = [r for r in bench.get("results", []) if r.get("timeline")]
+    if not rows:
+        raise ValueError("calibration: the bench JSON has no rows with a timeline. Fix: give "
+                         "a JSON written by tf-hetero bench (or "
+                         "benchmarks/measured/one_slow.json).")
+    n = cfg["workers"]
+    device = DeviceTimes(Profile.parse(cfg["profile"]), n)
+    kinds = {}
+    for r in rows:
+        c = registry.engine_config(r["strategy"], n)
+        kinds[r["strategy"]] = ("local" if c.local is not None else "stock" if not c.uses_engine
+                                else "sized" if c.granule else "engine")
+    excess = {k: [] for k in ("stock", "engine", "local", "sized")}
+    firsts, jitter = [], []
+    for r in rows:
+        kind = kinds[r["strategy"]]
+        got = _excess(r, cfg, device, sized=kind in ("local", "sized"))
+        excess[kind] += [u for u, _, _ in got]
+        firsts += [f for _, f, _ in got]
+        if kind in ("stock", "engine"):  # exact device times: the spread is the step's own
+            jitter += [x for _, _, spread in got for x in spread]
+
+    def median(xs, name):
+        if not xs:
+            raise ValueError(f"calibration: no row measures {name}. Fix: run the bench with "
+                             "--strategies pss,asp,bsp,backup,ssp,epsp,hps,hpsfp (every kind).")
+        return float(statistics.median(xs))
+
+    task_s = median(excess["engine"], "task_s (bsp, backup, ssp)")
+    breakdowns = [r["round_breakdown_ms"] for r in rows if r.get("round_breakdown_ms")]
+    dispatch_s = median([2e-3 * b["dispatch"] / (n + 1) for b in breakdowns], "dispatch_s")
+    waits_all = [r for r in rows if type(registry.engine_config(r["strategy"], n).sync).__name__
+                 == "AllTasks" and r.get("round_breakdown_ms")]
+    first_apply = []
+    for r in waits_all:
+        gaps = _idle_gaps(r["timeline"])
+        if len(gaps) > 2:
+            first_apply.append(gaps[0] - statistics.median(gaps))
+    async_gaps = [g for r in rows if kinds[r["strategy"]] == "stock"
+                  for g in _idle_gaps(r["timeline"])]
+    stock = [r for r in rows if kinds[r["strategy"]] == "stock"]
+    grad = rows[0]["gradient_bytes_per_sample"] * cfg["batch_size"]
+    wire = (stock[0]["bytes_to_ps_per_sample"] / stock[0]["gradient_bytes_per_sample"]
+            if stock and stock[0].get("bytes_to_ps_per_sample") else base.wire_factor)
+    return dataclasses.replace(
+        base,
+        dispatch_s=dispatch_s,
+        stock_s=median(excess["stock"], "stock_s (pss, asp)"),
+        task_s=task_s,
+        local_push_s=max(0.0, median(excess["local"], "local_push_s (hpsfp, hpsint, hpspipe)")
+                         - task_s),
+        first_task_s=max(0.0, median(firsts, "first_task_s")),
+        jitter_quantiles_s=tuple(float(x) for x in np.quantile(
+            jitter or [0.0], np.linspace(0.0, 1.0, 21))),
+        apply_s=max(0.0, median([b["apply"] * 1e-3 for b in breakdowns], "apply_s")),
+        first_apply_s=max(0.0, median(first_apply, "first_apply_s (bsp, epsp, hps)")),
+        setup_s=median([r["setup_s"] for r in rows], "setup_s"),
+        epoch_s=max(0.0, median(async_gaps, "epoch_s (pss, asp)") - dispatch_s),
+        param_bytes=grad, wire_factor=wire,
+        source=f"fitted from {bench.get('source', 'a bench JSON')}: profile {cfg['profile']}, "
+               f"{n} workers, rows {', '.join(r['strategy'] for r in rows)}")
+
+
+def fit_file(path: str, out: str | None = None) -> CostModel:
+    """Fits from the bench JSON at ``path``; writes the constants to ``out`` if given."""
+    try:
+        with open(path) as f:
+            bench = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"calibration: cannot read bench JSON {path!r} ({e}). Fix: give the "
+                         "--json file of a tf-hetero bench run.") from None
+    if not isinstance(bench, dict) or "config" not in bench or "results" not in bench:
+        raise ValueError(f"calibration: {path!r} is not a bench JSON (no 'config' and "
+                         "'results'). Fix: give the --json file of a tf-hetero bench run.")
+    bench.setdefault("source", path)
+    model = fit(bench)
+    if out:
+        model.save(out)
+    return model
+
+
+def slim(bench: dict, timeline: bool = True) -> dict:
+    """A small copy of a bench JSON with what calibration (``timeline=True``) and
+    validation read: the config, the ideal and, per row, :data:`ROW_KEYS`; the timeline
+    rounded to 0.1 ms."""
+    rows = []
+    for r in bench["results"]:
+        row = {k: r.get(k) for k in ROW_KEYS}
+        if timeline:
+            row["timeline"] = [[w, round(s, 4), round(e, 4), a] for w, s, e, a in r["timeline"]]
+        rows.append(row)
+    return {"config": bench["config"], "ideal_samples_per_sec": bench.get("ideal_samples_per_sec"),
+            "results": rows}

@@ -1,0 +1,178 @@
+"""The simulator's cost model: how long each closure of a simulated cluster takes.
+
+A training step (one task; one closure on its worker) of ``rows`` samples on worker ``w``,
+its ``t``-th step there, lasts::
+
+    task_s        (engine-dispatched closure: tagged queue, task code, accumulators)
+      or stock_s  (a closure TF's own queue runs: stock PSS, ASP)
+    + base_ms * slowdown(w, t) * rows / batch_size     (the profile's emulated device time)
+    + link_us_per_byte[w] * (read bytes + pushed bytes)  (profile ``link=``, in series)
+    + PS wait and service: bytes / num_ps * ps_s_per_byte on each PS, a FIFO server
+    + local_push_s + codec bytes over the link and PS  (H-PS buffer path, when it pushes)
+    + first_task_s                                      (a worker's first step: tracing)
+    + a random delay drawn from jitter_quantiles_s      (what a real step varies by)
+
+An async step applies its gradient ``step_compute_s`` after it starts (the emulation
+sleeps out its device time after the step's work), which sets its staleness. Every closure
+(steps, applies, drains) is first launched by the chief, one at a time,
+``dispatch_s`` each (one Python coordinator). A round's apply lasts ``apply_s`` plus the PS
+reading every lane it averages (``lanes x param_bytes / num_ps x ps_s_per_byte``), plus
+``first_apply_s`` for the first apply and the first drain (tracing). ``fit`` starts its first
+step ``setup_s`` after it is called and waits ``epoch_s`` between epochs.
+
+The constants are fitted from a measured bench JSON (:mod:`tf_hetero.sim.calibrate`) and
+stored as JSON; :data:`DEFAULT_PATH` is the one shipped (docs/SIMULATOR.md).
+
+>>> c = CostModel()
+>>> round(c.codec_ratio("int8"), 2), c.codec_ratio("fp32")
+(0.25, 1.0)
+>>> CostModel.from_dict({"task_s": -1})
+Traceback (most recent call last):
+...
+ValueError: cost model task_s=-1: need a finite number >= 0 (seconds, bytes or a factor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+
+import numpy as np
+
+__all__ = ["CostModel", "DeviceTimes", "DEFAULT_PATH", "load"]
+
+#: The calibrated cost model shipped with the package (fitted from benchmarks/measured/).
+DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "calibration.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """Constants of the cost model (seconds unless named otherwise; see the module)."""
+
+    dispatch_s: float = 0.0012
+    stock_s: float = 0.012
+    task_s: float = 0.020
+    local_push_s: float = 0.020
+    first_task_s: float = 0.4
+    apply_s: float = 0.017
+    first_apply_s: float = 0.35
+    #: A step's real work before its emulated device time is slept out: the emulation
+    #: sleeps at the end of the step, so an async step applies its gradient this long
+    #: after it starts (statistical model only).
+    step_compute_s: float = 0.010
+    #: How much a step's time varies around its median: quantiles (0%, 5%, ..., 100%) of
+    #: the measured excess minus its median; a step adds a seeded draw from them (what a
+    #: round's barrier waits for, and what EPSP's projection may take for a straggler).
+    jitter_quantiles_s: tuple = (-0.004, -0.002, -0.001, -0.0005, 0.0, 0.0, 0.0, 0.0005,
+                                 0.001, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.006,
+                                 0.008, 0.010, 0.014, 0.025, 0.1)
+    setup_s: float = 1.0
+    epoch_s: float = 0.014
+    #: PS service time per byte (FIFO per PS). Not identifiable from a 4-worker run (its PS
+    #: never queue): 1 ns/byte, i.e. ~1 GB/s per PS over localhost gRPC, is assumed.
+    ps_s_per_byte: float = 1e-9
+    #: Bytes of the model's variables (one read per step; one fp32 gradient per push).
+    param_bytes: float = 68904.0
+    #: Bytes on the wire per payload byte (gRPC framing, requests), measured.
+    wire_factor: float = 1.0
+    #: Where the constants came from (a bench JSON and the rows used); for people.
+    source: str = "defaults"
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "jitter_quantiles_s":
+                q = tuple(float(x) for x in v)
+                if len(q) < 2 or not all(math.isfinite(x) for x in q) or list(q) != sorted(q):
+                    raise ValueError(f"cost model jitter_quantiles_s={v!r}: need two or more "
+                                     "finite seconds in increasing order.")
+                object.__setattr__(self, f.name, q)
+            elif f.name != "source" and not (isinstance(v, (int, float)) and math.isfinite(v)
+                                             and v >= 0):
+                raise ValueError(f"cost model {f.name}={v!r}: need a finite number >= 0 "
+                                 "(seconds, bytes or a factor).")
+
+    @staticmethod
+    def codec_ratio(codec: str) -> float:
+        """Pushed bytes per fp32 byte of a push codec (its bits / 32)."""
+        m = re.fullmatch(r"(fp|int)(\d+)", codec or "fp32")
+        if not m:
+            raise ValueError(f"codec {codec!r}: expected fp32, fp16, int8 or int4.")
+        return int(m.group(2)) / 32.0
+
+    @classmethod
+    def from_dict(cls, data) -> "CostModel":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"cost model keys {sorted(unknown)} are unknown. Fix: use only "
+                             f"{sorted(known)} (tf-hetero sim --calibrate writes them).")
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+            f.write("\n")
+
+
+def load(path: str | None = None) -> CostModel:
+    """The cost model in ``path`` (default: the calibrated one shipped, :data:`DEFAULT_PATH`)."""
+    path = path or DEFAULT_PATH
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"calibration file {path!r} does not exist. Fix: make one with "
+                         "tf-hetero sim --calibrate BENCH.json --costs FILE.") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"calibration file {path!r} is not valid JSON ({e}). Fix: make it "
+                         "again with tf-hetero sim --calibrate BENCH.json.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"calibration file {path!r} must hold a JSON object of constants.")
+    return CostModel.from_dict(data)
+
+
+class DeviceTimes:
+    """A profile's emulated device time per step, from the profile's own tables
+    (:meth:`~tf_hetero.emulation.profile.Profile.constant_slowdowns`, ``change_vectors``,
+    ``straggle_table``: the same seeded draws the emulation uses), read once so a step costs
+    a lookup. ``slowdown`` equals ``Profile.slowdown`` (tests/test_sim.py checks it), so
+    :func:`tf_hetero.telemetry.perf.ideal_over_tasks` takes this object as its profile.
+
+    >>> from tf_hetero.emulation.profile import Profile
+    >>> d = DeviceTimes(Profile.parse("slow=1:4;change=0@2:2"), 2)
+    >>> [d.slowdown(0, t, 2) for t in range(3)], d.slowdown(1, 0, 2)
+    ([1.0, 1.0, 2.0], 4.0)
+    """
+
+    def __init__(self, profile, num_workers: int):
+        self.profile = profile
+        self.base_ms = profile.base_ms
+        self.horizon = profile.horizon
+        self.num_workers = num_workers
+        self._const = np.asarray(profile.constant_slowdowns(num_workers), np.float64).tolist()
+        at, factor = profile.change_vectors(num_workers)
+        self._at, self._factor = at.tolist(), factor.tolist()
+        self._straggle = profile.straggle_table(num_workers)
+        self._steady = not profile.straggle_p or profile.straggle_k == 1.0
+        self._expected = profile.expected_slowdowns(num_workers)
+        self.link_us_per_byte = profile.link_us_per_byte(num_workers)
+
+    def slowdown(self, worker: int, task: int, num_workers: int | None = None) -> float:
+        base = self._factor[worker] if task >= self._at[worker] else self._const[worker]
+        if self._steady:
+            return float(base)
+        return float(base * self._straggle[worker, task % self.horizon])
+
+    def expected_slowdowns(self, num_workers: int, task: int = 0) -> tuple:
+        return self.profile.expected_slowdowns(num_workers, task)
+
+    def device_s(self, worker: int, task: int, rows: float, batch_size: int) -> float:
+        """Emulated seconds of ``worker``'s ``task``-th step over ``rows`` samples."""
+        return self.base_ms * 1e-3 * self.slowdown(worker, task) * rows / batch_size

@@ -1,0 +1,190 @@
+"""The statistical model: real SGD on a small numpy MLP, so a simulated run has an accuracy
+curve and a time to target, not only a throughput.
+
+Each simulated step computes its gradient on the parameters its worker *read* when the step
+started (so staleness, book groups and late folds act on the model exactly as the engine
+scheduled them), on its own worker's shard of the training data. Gradients then take the
+path the real runtime gives them (:mod:`tf_hetero.strategies.runtime.accumulate`,
+``local_push``): an async step applies its own at its end; a round step writes
+``acc[lane, slot]`` tagged with its round (a fresh tag overwrites, the same tag adds), or
+its worker's local buffer (H-PS), which a push moves to the lane; an apply takes the
+weighted mean ``sum(w * acc) / sum(w * count)`` over the lanes and folds the engine names,
+counting a lane only if its tag is the round expected. The optimizer is SGD with momentum
+(tf_keras' rule: ``v = m v - lr g; x += v``). Quantized pushes are applied unquantized.
+
+The model is the bench's ``mlp`` (ReLU layers 128 and 64, Glorot-uniform weights, zero
+biases) on the offline digits (:func:`tf_hetero.data.load`); worker ``w`` reads examples
+``w, w + N, ...`` (TF's ``shard``), reshuffled each pass, sampled with replacement when its
+shard is smaller than a batch (a cluster larger than the data set).
+
+>>> m = Learner(num_workers=2, batch_size=32, lr=0.1, seed=0)
+>>> before = m.accuracy()
+>>> for _ in range(30):
+...     m.apply_async(m.gradient(m.params, worker=0, rows=32))
+>>> m.accuracy() > before + 0.3
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Learner"]
+
+
+class Learner:
+    """Parameters, data shards, optimizer state and the PS accumulators of one run. ``lr``:
+    the learning rate, or a function of the update count (a warm-up)."""
+
+    def __init__(self, num_workers: int, batch_size: int, lr, momentum: float = 0.9,
+                 hidden=(128, 64), seed: int = 0, dataset: str = "digits"):
+        from tf_hetero import data
+
+        if dataset != "digits":
+            raise ValueError(f"the simulator's statistical model trains on 'digits' only; "
+                             f"received dataset={dataset!r}. Fix: --dataset digits, or run "
+                             "without --learn (throughput only).")
+        train, test = data.load("digits", "train"), data.load("digits", "test")
+        self.x = train.x.reshape(len(train.y), -1).astype(np.float32)
+        self.y = train.y
+        self.x_test = test.x.reshape(len(test.y), -1).astype(np.float32)
+        self.y_test = test.y
+        sizes = [self.x.shape[1], *hidden, int(self.y.max()) + 1]
+        rng = np.random.default_rng(seed)
+        self.shapes = []
+        parts = []
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+            limit = np.sqrt(6.0 / (a + b))  # Glorot uniform, as models.mlp
+            parts += [rng.uniform(-limit, limit, (a, b)), np.zeros(b)]
+            self.shapes += [(a, b), (b,)]
+        self.params = np.concatenate([p.ravel() for p in parts]).astype(np.float32)
+        self.velocity = np.zeros_like(self.params)
+        self.lr, self.momentum, self.batch_size = lr, momentum, batch_size
+        self.num_workers = num_workers
+        self._rng = np.random.default_rng(seed + 1)
+        self._shards = [np.arange(w, len(self.y), num_workers) for w in range(num_workers)]
+        self._order = [np.empty(0, np.int64) for _ in range(num_workers)]
+        self.acc: dict = {}  # (lane, slot) -> [round tag, gradient sum, count]
+        self.buffer: dict = {}  # worker -> [gradient sum, count] (H-PS local buffers)
+        self.updates = 0
+        self.curve: list = []  # (virtual seconds, held-out accuracy), see watch()
+        self._clock, self._interval, self._next = None, None, 0.0
+
+    def watch(self, clock, interval_s: float) -> None:
+        """Samples held-out accuracy every ``interval_s`` of ``clock`` (as the bench's
+        sampler does while ``fit`` runs), into :attr:`curve`; :meth:`sample` catches up."""
+        self._clock, self._interval, self._next, self.curve = clock, interval_s, interval_s, []
+
+    def sample(self, until: float) -> None:
+        """Accuracy samples due up to ``until`` (the parameters only change at updates, so
+        sampling just before each update is exact)."""
+        while self._clock is not None and self._next <= until:
+            self.curve.append((self._next, self.accuracy()))
+            self._next += self._interval
+
+    @property
+    def param_bytes(self) -> int:
+        return int(self.params.size * 4)
+
+    # ------------------------------------------------------------------- the model
+    def _layers(self, params):
+        out, i = [], 0
+        for shape in self.shapes:
+            n = int(np.prod(shape))
+            out.append(params[i:i + n].reshape(shape))
+            i += n
+        return out
+
+    def _batch(self, worker: int, rows: int):
+        shard = self._shards[worker]
+        if len(shard) < rows:  # more workers than the data set feeds: sample
+            idx = shard[self._rng.integers(0, len(shard), rows)]
+        else:
+            order = self._order[worker]
+            while len(order) < rows:  # a new pass over the shard, reshuffled
+                order = np.concatenate([order, self._rng.permutation(shard)])
+            idx, self._order[worker] = order[:rows], order[rows:]
+        return self.x[idx], self.y[idx]
+
+    def gradient(self, params, worker: int, rows: int) -> np.ndarray:
+        """Mean cross-entropy gradient of a batch of ``rows`` of ``worker``'s shard at
+        ``params`` (what the step read)."""
+        x, y = self._batch(worker, int(rows))
+        layers = self._layers(params)
+        acts = [x]
+        for i in range(0, len(layers) - 2, 2):
+            acts.append(np.maximum(acts[-1] @ layers[i] + layers[i + 1], 0.0))
+        logits = acts[-1] @ layers[-2] + layers[-1]
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(len(y)), y] -= 1.0
+        delta = p / len(y)
+        grads = []
+        for i in range(len(layers) - 2, -1, -2):
+            grads += [delta.sum(axis=0), acts[i // 2].T @ delta]
+            if i:
+                delta = (delta @ layers[i].T) * (acts[i // 2] > 0)
+        return np.concatenate([g.ravel() for g in reversed(grads)]).astype(np.float32)
+
+    def accuracy(self) -> float:
+        layers = self._layers(self.params)
+        h = self.x_test
+        for i in range(0, len(layers) - 2, 2):
+            h = np.maximum(h @ layers[i] + layers[i + 1], 0.0)
+        logits = h @ layers[-2] + layers[-1]
+        return float(np.mean(np.argmax(logits, axis=1) == self.y_test))
+
+    def _step(self, g: np.ndarray, lr: float) -> None:
+        if self._clock is not None:
+            self.sample(self._clock())
+        lr = lr(self.updates) if callable(lr) else lr
+        self.velocity = self.momentum * self.velocity - lr * g
+        self.params = self.params + self.velocity  # a new array: a step keeps what it read
+        self.updates += 1
+
+    # ------------------------------------------------------------ gradient paths
+    def apply_async(self, g: np.ndarray) -> None:
+        """An async step applies its own gradient at its end (stock PSS, ASP, SSP)."""
+        self._step(g, self.lr)
+
+    def write(self, lane: int, slot: int, round_id: int, g_sum, count: int) -> None:
+        """A push into ``acc[lane, slot]`` tagged ``round_id`` (a new tag overwrites)."""
+        held = self.acc.get((lane, slot))
+        if held is None or held[0] != round_id:
+            self.acc[(lane, slot)] = [round_id, g_sum, count]
+        else:
+            held[1] = held[1] + g_sum
+            held[2] += count
+
+    def hold(self, worker: int, g_sum, count: int) -> None:
+        """A step of the H-PS buffer path adds its gradient to its worker's buffer."""
+        held = self.buffer.get(worker)
+        self.buffer[worker] = [g_sum, count] if held is None else [held[0] + g_sum,
+                                                                    held[1] + count]
+
+    def take(self, worker: int):
+        """Empties ``worker``'s buffer (a push): ``(gradient sum, count)`` or ``None``."""
+        return self.buffer.pop(worker, None)
+
+    def apply_round(self, round_id: int, slot: int, lanes, folds,
+                    scale: float = 1.0) -> tuple[int, float]:
+        """One round's apply (its mean gradient times ``scale``, the round's update scale):
+        returns (micro-batches applied, norm of the mean gradient)."""
+        weights = {(lane, slot): (round_id, 1.0) for lane in lanes}
+        weights.update({key: (late, w) for key, (late, w) in folds.items()})
+        total, n, applied = None, 0.0, 0
+        for key, (expected, w) in weights.items():
+            held = self.acc.get(key)
+            if held is None or held[0] != expected or w <= 0:
+                continue
+            total = w * held[1] if total is None else total + w * held[1]
+            n += w * held[2]
+            applied += held[2]
+        if total is None:
+            return 0, 0.0
+        g = total / max(n, 1e-6) * scale
+        norm = float(np.linalg.norm(g))
+        if not np.isfinite(norm):
+            g = np.zeros_like(g)  # as the runtime: applied as zeros, the engine stops
+        self._step(g, self.lr)
+        return applied, norm
