@@ -15,6 +15,7 @@ _EXPORTS = {
     "ASPStrategy": "presets", "ASP": "presets", "BSPStrategy": "presets",
     "BackupWorkerStrategy": "presets", "SSPStrategy": "presets",
     "EPSPStrategy": "epsp", "HPSStrategy": "hps",
+    "GroupedSyncStrategy": "grouped", "DynSGDStrategy": "grouped",
     "ParameterServerError": "runtime.errors",
 }
 

@@ -28,6 +28,10 @@ What each part of the paper became here:
    its first task of the next round, overlapping the transfer with compute; every update
    then uses gradients one round old (staleness 1, recorded by the monitor). Strict mode has
    no staleness. At the end of each ``fit`` epoch a push-only round empties the buffers.
+   ``overlap=True`` (sized tasks, strict): the next round opens as soon as a round closes and
+   its tasks run while the round's apply runs on the chief
+   (:mod:`tf_hetero.strategies.runtime.applier`), hiding the apply; every update then uses
+   gradients one round old (staleness 1), with no buffer and no drain round.
 4. **Quantization** (``quantize="fp16" | "int8" | "int4"``,
    :mod:`tf_hetero.strategies.runtime.quantize`):
    pushes are encoded on the worker (stochastic rounding, error feedback) and decoded on the
@@ -41,8 +45,8 @@ What each part of the paper became here:
 from __future__ import annotations
 
 from tf_hetero import policies
-from tf_hetero.engine import LocalAccumulation
-from tf_hetero.strategies.base import EngineConfig, HeteroStrategy, batch_sizes, num_workers
+from tf_hetero.strategies import config as configs
+from tf_hetero.strategies.base import HeteroStrategy, num_workers
 from tf_hetero.strategies.runtime import quantize as quantize_module
 
 __all__ = ["HPSStrategy"]
@@ -57,48 +61,12 @@ class HPSStrategy(HeteroStrategy):
                  min_samples: int | None = None, memory_budget=None,
                  round_tasks: int | None = None, min_tasks: int = 1,
                  alpha: float = policies.estimate.DEFAULT_ALPHA, pipeline: bool = False,
-                 quantize: str = "fp32", stall_timeout_s: float = 600.0):
+                 overlap: bool = False, quantize: str = "fp32", stall_timeout_s: float = 600.0):
         workers = num_workers(cluster_resolver, "HPSStrategy")
-        if isinstance(memory_budget, (list, tuple)) and len(memory_budget) != workers:
-            raise ValueError(f"HPSStrategy(memory_budget={memory_budget!r}): give one budget per "
-                             f"worker ({workers}) or a single integer.")
         codec = quantize_module.get(quantize).name  # a clear error for a bad name, before connecting
-        if round_tasks is None:
-            assign, granule = batch_sizes("HPSStrategy", workers, global_batch, granularity,
-                                          min_samples, memory_budget, alpha,
-                                          round_batches), granularity
-        else:
-            if global_batch is not None or round_batches is not None:
-                raise ValueError("HPSStrategy: give global_batch or round_batches (per-worker "
-                                 "batch sizes) or round_tasks (micro-batch shares), not both.")
-            assign, granule = _shares(workers, round_tasks, min_tasks, memory_budget, alpha), None
-        mode = "pipelined" if pipeline else "strict"
-        # A sized task is its worker's whole share of the round: strict fp32 pushes it
-        # straight into the PS accumulators, as BSP does; the per-worker buffer is there for
-        # pipelining and for error feedback of lossy codecs (measured: ~15 ms per task).
-        direct = granule is not None and not pipeline and codec == "fp32"
-        config = EngineConfig(f"hps{'-pipelined' if pipeline else ''}-{codec}",
-                              sync=policies.AllTasks(), assign=assign,
-                              components=() if direct else (LocalAccumulation(mode),),
-                              codec=codec,
-                              stall_timeout_s=stall_timeout_s, granule=granule,
-                              global_batch=global_batch, round_batches=round_batches)
+        config = configs.hps(
+            workers, codec=codec, global_batch=global_batch, round_batches=round_batches,
+            granularity=granularity, min_samples=min_samples, memory_budget=memory_budget,
+            round_tasks=round_tasks, min_tasks=min_tasks, alpha=alpha, pipeline=pipeline,
+            overlap=overlap, stall_timeout_s=stall_timeout_s)
         super().__init__(cluster_resolver, variable_partitioner, config=config)
-
-
-def _shares(workers, round_tasks, min_tasks, memory_budget, alpha):
-    """The 0.2 mode: ``round_tasks`` one-micro-batch tasks shared in proportion to speed."""
-    if not isinstance(round_tasks, int) or round_tasks < workers * min_tasks:
-        raise ValueError(
-            f"HPSStrategy(round_tasks={round_tasks!r}) with {workers} workers and "
-            f"min_tasks={min_tasks}: need an integer >= {workers * min_tasks} (every worker "
-            "takes at least min_tasks micro-batches per round).")
-    if memory_budget is not None:
-        total = (memory_budget * workers if isinstance(memory_budget, int)
-                 else sum(memory_budget))
-        if isinstance(total, int) and total < round_tasks:
-            raise ValueError(
-                f"HPSStrategy: the memory budgets add up to {total} micro-batches per round, "
-                f"fewer than round_tasks={round_tasks}. Fix: raise memory_budget or lower "
-                "round_tasks.")
-    return policies.SpeedProportional(round_tasks, min_tasks, memory_budget, alpha)

@@ -54,3 +54,42 @@ class FakeDispatcher:
 
     def workers_of_round(self, round_id):
         return [w for _, w, r in self.dispatched if r == round_id]
+
+
+def play(engine, dispatcher, total: int, rng, *, clock=None, ordered_applies: bool = False,
+         on_start=None, max_steps: int = 100_000) -> list:
+    """Plays a cluster against ``engine`` in a seeded random order until it is idle: submits
+    ``total`` tasks, runs each worker's dispatched tasks one at a time in order (as TF's
+    per-worker queues do), finishes the dispatched applies (in order, as the chief's one
+    apply thread does, with ``ordered_applies``), and flushes once everything is submitted.
+    ``on_start(task, worker)`` is called before each task starts. Returns the tasks."""
+    queues: dict = {w: [] for w in range(engine.num_workers)}
+    seen, submitted, applied = 0, [], set()
+    for _ in range(max_steps):
+        for task, w, _r in dispatcher.dispatched[seen:]:
+            queues[w].append(task)
+        seen = len(dispatcher.dispatched)
+        waiting = [r for r, _ in dispatcher.applies if r not in applied]
+        actions = (["submit"] if len(submitted) < total else [])
+        actions += [("run", w) for w in queues if queues[w]]
+        actions += [("apply", r) for r in (waiting[:1] if ordered_applies else waiting)]
+        if not actions:
+            if engine.idle():
+                return submitted
+            engine.flush()
+            continue
+        action = rng.choice(actions)
+        if clock is not None:
+            clock.advance(rng.random())
+        if action == "submit":
+            submitted.append(engine.submit(len(submitted)))
+        elif action[0] == "run":
+            task = queues[action[1]].pop(0)
+            if on_start is not None:
+                on_start(task, action[1])
+            engine.task_started(task, action[1])
+            engine.task_finished(task, action[1])
+        else:
+            applied.add(action[1])
+            engine.apply_finished(action[1], sum(engine.rounds[action[1]].lanes.values()))
+    raise AssertionError("the schedule did not end")

@@ -11,7 +11,8 @@ import pytest
 from conftest import cli
 
 KEYS = {"strategy", "samples_per_sec", "efficiency", "time_to_target_s", "final_accuracy",
-        "bytes_to_ps_per_sample", "bytes_from_ps_per_sample", "ps_load_max_over_mean", "rounds"}
+        "bytes_to_ps_per_sample", "bytes_from_ps_per_sample", "chief_ps_bytes_per_sample",
+        "ps_load_max_over_mean", "rounds"}
 
 
 @pytest.mark.cluster
@@ -169,3 +170,22 @@ def test_lr_grid_reports_each_strategy_at_its_best_non_diverged_rate():
     assert "| bsp | 0.08 |" in table and "best lr of 0.5, 1, 2 x the rule" in table
     with pytest.raises(ValueError, match=r"lr_factors=\(\): need factors > 0"):
         BenchConfig(strategies=("bsp",), lr_factors=())
+
+
+def test_a_row_stopped_by_the_divergence_guard_is_never_the_best_rate():
+    """A fit that stopped on the divergence guard is marked diverged even when the accuracy
+    reached before the stop looks fine, so the lr grid picks a rate that trained through."""
+    from tf_hetero.tools.bench import BenchConfig, format_table, summarize
+
+    def run(factor, ttt, stopped=None):
+        r = _run("hps", 100.0, ttt)
+        r.update(lr_factor=factor, learning_rate=0.08 * factor, final_accuracy=0.9,
+                 stopped=stopped)
+        return r
+
+    runs = [run(1.0, 8.0), run(2.0, 5.0, "tf-hetero: training diverged: ...")]
+    (row,) = summarize(runs, ("hps",), num_classes=10)
+    assert row["lr_factor"] == 1.0
+    (alone,) = summarize(runs[1:], ("hps",), num_classes=10)
+    assert alone["diverged"]
+    assert "| hps (diverged) |" in format_table([alone], BenchConfig(strategies=("hps",)), 1e3)

@@ -18,7 +18,7 @@ from tf_hetero.policies import (AllTasks, Async, FirstK, OnePerIdleWorker, OnePe
                                 StalenessBound, Unbounded)
 from tf_hetero.telemetry import Monitor
 
-from fakes import FakeClock, FakeDispatcher
+from fakes import FakeClock, FakeDispatcher, play
 
 
 # --------------------------------------------------------------------------- helpers
@@ -957,28 +957,7 @@ def test_random_interleavings_of_two_books_apply_every_task_exactly_once():
     for seed in range(20):
         rng = random.Random(seed)
         e, d = two_books()
-        submitted, applied_rounds = 0, set()
-        for _ in range(10_000):
-            started = [t for t, w, _ in d.dispatched if t.state == "dispatched"]
-            applying = [b.applying for b in e.books if b.applying is not None
-                        and b.applying.id not in applied_rounds]
-            actions = (["submit"] if submitted < 40 else []) + ["run"] * len(started) + \
-                ["apply"] * len(applying)
-            if not actions:
-                if e.idle():
-                    break
-                e.flush()
-                continue
-            action = rng.choice(actions)
-            if action == "submit":
-                e.submit(submitted)
-                submitted += 1
-            elif action == "run":
-                run(e, rng.choice(started))
-            else:
-                rnd = rng.choice(applying)
-                applied_rounds.add(rnd.id)
-                e.apply_finished(rnd.id, sum(rnd.lanes.values()))
+        play(e, d, 40, rng)
         assert e.idle()
         tasks = [t for r in e.rounds for t in r.tasks]
         assert len(tasks) == len({id(t) for t in tasks}) == 40

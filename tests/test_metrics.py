@@ -133,3 +133,35 @@ def test_time_to_target_is_the_first_sample_at_or_above_the_target():
     curve = [(0.5, 0.2), (1.0, 0.85), (1.5, 0.9), (2.0, 0.8), (2.5, 0.95)]
     assert time_to_target(curve, 0.9) == 1.5
     assert time_to_target(curve, 0.96) is None
+
+
+def test_round_breakdown_counts_only_the_part_of_an_overlapped_apply_a_round_waited_for():
+    from types import SimpleNamespace as NS
+
+    from tf_hetero.telemetry.perf import round_breakdown
+
+    t = lambda s, e: NS(t_start=s, t_end=e, drain=False, state="done")  # noqa: E731
+    # Round 1 opens 10 ms after round 0 closed, while round 0's 50 ms apply still runs.
+    r0 = NS(kind="train", applied=2, book=0, t_open=0.0, t_close=0.3, t_applied=0.35,
+            tasks=[t(0.0, 0.3)])
+    r1 = NS(kind="train", applied=2, book=0, t_open=0.31, t_close=0.61, t_applied=0.66,
+            tasks=[t(0.31, 0.61)])
+    r2 = NS(kind="train", applied=2, book=0, t_open=0.62, t_close=0.92, t_applied=0.97,
+            tasks=[t(0.62, 0.92)])
+    b = round_breakdown([r0, r1, r2])
+    assert round(b["apply"]) == round((10 + 10 + 50) / 3)  # the last one has no next round
+    assert round(b["gap"]) == 0
+    assert round(b["dispatch"] + b["task"] + b["barrier"] + 10) == 310  # open to next open
+
+
+def test_pair_bytes_counts_every_worker_and_the_chief_apart():
+    """Two workers and the chief on one PS: each worker's connection counts for that worker
+    (a reused loop variable once counted only the first one), the chief's only as chief."""
+    from tf_hetero.telemetry.traffic import pair_bytes
+
+    sockets = {("a:1", "p:1"): (11, 100, 10), ("b:1", "p:2"): (12, 200, 20),
+               ("c:1", "p:3"): (13, 300, 30), ("p:1", "a:1"): (22, 10, 100),
+               ("p:2", "b:1"): (22, 20, 200), ("p:3", "c:1"): (22, 30, 300)}
+    roles = {11: ("worker", 0), 12: ("worker", 1), 13: ("chief", 0), 22: ("ps", 0)}
+    assert pair_bytes(sockets, roles) == {(0, 0): (100, 10), (1, 0): (200, 20)}
+    assert pair_bytes(sockets, roles, "chief") == {(0, 0): (300, 30)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -18,16 +19,21 @@ SMALL = {
                         "EPOCHS = 1\nSTEPS_PER_EPOCH = 24\nBATCH_SIZE = 16\n",
     "epsp.ipynb": 'WORKERS = 3\nPROFILE = "slow=2:4;base_ms=30"\nSYNC = "enforced"\nEPOCHS = 1\n'
                   "STEPS_PER_EPOCH = 36\nBATCH_SIZE = 16\n",
-    "hps.ipynb": 'WORKERS = 3\nPROFILE = "change=2@12:4;base_ms=30"\nROUND_TASKS = 9\n'
+    "hps.ipynb": 'WORKERS = 3\nPROFILE = "change=2@12:4;base_ms=30"\nGRANULARITY = 4\n'
                  'QUANTIZE = "int8"\nPIPELINE = False\nEPOCHS = 1\nSTEPS_PER_EPOCH = 72\n'
-                 "BATCH_SIZE = 16\n",
+                 "BATCH_SIZE = 32\n",
+    "grouped.ipynb": 'WORKERS = 3\nPROFILE = "slow=0:4;base_ms=30"\nGROUPS = 2\n'
+                     'STRATEGIES = ["pss", "bsp", "grouped"]\nEPOCHS = 2\n'
+                     "STEPS_PER_EPOCH = 36\nBATCH_SIZE = 16\n",
 }
 #: What each notebook must show besides a plot (text in its outputs).
 EXPECT = {"quickstart.ipynb": ["| worker |", "efficiency", "epoch 1/1 done"],
           "epsp.ipynb": ["| round | participants | stragglers |", "straggler_rounds",
                          "epoch 1/1 done"],
-          "hps.ipynb": ["| round | task ms (per worker) | shares |", "(slowdown)",
-                        "settles at", "bytes per push", "epoch 1/1 done"]}
+          "hps.ipynb": ["| round | ms/sample (per worker) | batch (per worker) |", "(slowdown)",
+                        "settles at", "bytes per push", "epoch 1/1 done"],
+          "grouped.ipynb": ["| stretch | groups |", "regroups:", "group_max_staleness",
+                            "| grouped |"]}
 
 
 def run_notebook(name: str, parameters: str, cwd: str):
@@ -61,3 +67,8 @@ def test_notebook_runs_and_shows_plot(name, tmp_path, monkeypatch):
     text += "".join(o["data"].get("text/markdown", "") for o in outputs(nb, "display_data"))
     for expected in EXPECT[name]:
         assert expected in text, expected
+    if name == "grouped.ipynb":  # the straggler ends in a group of its own
+        assert "groups at the end: [[0], [1, 2]]" in text, text
+    if name == "hps.ipynb":  # the slowed worker's batch must shrink, not just be printed
+        m = re.search(r"batch (\d+) samples before the slowdown, settles at (\d+)", text)
+        assert m and int(m.group(2)) < int(m.group(1)), m and m.group(0)

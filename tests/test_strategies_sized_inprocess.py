@@ -115,6 +115,28 @@ def test_epsp_pioneers_take_a_left_out_stragglers_share_in_their_one_task(cluste
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_overlapped_rounds_run_while_the_last_apply_lands_and_apply_every_sample_once(cluster):
+    """``overlap=True``: a round opens when the previous one closes (before its apply has
+    landed), never two rounds ahead; every granule is applied once; some updates are
+    computed on the model one update old (staleness 1), which the monitor records."""
+    import tf_hetero
+
+    rounds = 8
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, granularity=GRANULE, overlap=True)
+    model, _, _ = _fit(strategy, rounds, "momentum", profile="slow=2:3;base_ms=20")
+    engine = strategy.engine
+    units = N * BATCH // GRANULE
+    assert len(engine.rounds) == rounds
+    assert all(r.applied == units == sum(t.size for t in r.tasks) for r in engine.rounds)
+    assert int(model.optimizer.iterations.numpy()) == rounds
+    early = [b for a, b in zip(engine.rounds, engine.rounds[1:]) if b.t_open < a.t_applied]
+    assert early, "no round opened before the previous apply landed"
+    for a, b in zip(engine.rounds, engine.rounds[2:]):
+        assert b.t_open >= a.t_applied  # two slots: never two rounds ahead
+    stale = [t.staleness for t in strategy.monitor.tasks]
+    assert max(stale) == 1
+
+
 def test_sizes_off_the_even_split_would_not_match(cluster):
     """The reference is sensitive to the sizes: the same fit checked as if every task had
     read an even share fails (so the test above would catch a wrong size or weighting)."""

@@ -187,17 +187,16 @@ def test_attach_records_a_closure_that_raises():
     assert log.counts(1) == [1]
 
 
-def test_attach_skips_a_strategys_round_applies_and_drains():
+def test_attach_skips_a_strategys_drains():
     coordinator = fake_coordinator(1)
     log = TaskLog().attach(coordinator)
     worker = coordinator._cluster.workers[0]
     from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag
 
-    apply, drain, step = (types.SimpleNamespace() for _ in range(3))
-    set_tag(apply, ClosureTag(ClosureKind.APPLY, round_id=0))
+    drain, step = (types.SimpleNamespace() for _ in range(2))
     set_tag(drain, ClosureTag(ClosureKind.TASK, task=types.SimpleNamespace(drain=True)))
     set_tag(step, ClosureTag(ClosureKind.TASK, task=types.SimpleNamespace(drain=False)))
-    for closure in (apply, drain, step):
+    for closure in (drain, step):
         worker._process_closure(closure)
     assert log.counts(1) == [1]  # only the training step
 

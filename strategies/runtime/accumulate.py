@@ -239,12 +239,14 @@ class Accumulators:
             return tf.constant(True)
 
     def make_apply_fn(self, optimizer):
-        """A ``tf.function(weights, expected)`` applying one update with the user's optimizer.
+        """A ``tf.function(weights, expected, scale)`` applying one update with the user's
+        optimizer.
 
         ``weights[lane, slot]`` (float) says how much each micro-batch in that accumulator
         lane counts (1 for the closing round, less for a late gradient folded in, 0 for the
         rest); a lane counts only if its tag equals ``expected[lane, slot]``. The update is
-        the weighted mean ``sum(w * acc) / sum(w * count)``. Returns ``[micro-batches it
+        the weighted mean ``sum(w * acc) / sum(w * count)``, times ``scale`` (a float32 scalar:
+        the round's :class:`~tf_hetero.engine.api.UpdateScale`, 1 for most). Returns ``[micro-batches it
         contains, global norm of the mean gradient]`` (float64); a gradient that is not finite
         goes in as zeros (the weights stay finite; a momentum optimizer still moves once) and
         the engine stops training (:mod:`tf_hetero.policies.diverge`).
@@ -252,24 +254,36 @@ class Accumulators:
         strategy = self.strategy
 
         @tf.function
-        def apply_fn(weights, expected):
+        def apply_fn(weights, expected, scale):
             def step():
                 valid = weights * tf.cast(tf.equal(self.tags, expected), weights.dtype)
                 counts = tf.cast(self.counts, weights.dtype)
                 n = tf.reduce_sum(valid * counts)  # the engine applies only with work (n > 0)
-                grads = []
+                # Every tensor of gradient size stays on its variable's PS task: the mean,
+                # its squared norm and the finite check are computed there and only scalars
+                # reach the chief, where the apply runs (applier.py); the optimizer's updates
+                # are colocated with the variables. So an apply moves no gradient over the
+                # network (as a worker-side apply did: there, twice).
+                grads, squares = [], []
                 for acc in self.acc:
                     with tf.device(acc.device):
                         w = tf.cast(tf.transpose(valid), acc.dtype)  # [slot, lane]
                         total = tf.tensordot(w, acc, axes=[[0, 1], [0, 1]])
-                        grads.append(total / tf.cast(tf.maximum(n, 1e-6), acc.dtype))
-                norm = tf.cast(tf.linalg.global_norm(grads), tf.float64)
+                        g = (total / tf.cast(tf.maximum(n, 1e-6), acc.dtype)
+                             * tf.cast(scale, acc.dtype))
+                        grads.append(g)
+                        squares.append(tf.cast(tf.reduce_sum(tf.square(g)), tf.float64))
+                norm = tf.sqrt(tf.add_n(squares))
                 applied = tf.reduce_sum(tf.cast(valid > 0, counts.dtype) * counts)
                 # A NaN/Inf gradient would poison the weights for good: it goes in as zeros
                 # (apply_gradients cannot sit in a tf.cond: its merge_call refuses control
                 # flow), and the engine stops training on the norm it reports.
                 finite = tf.math.is_finite(norm)
-                grads = [tf.where(finite, g, tf.zeros_like(g)) for g in grads]
+                kept = []
+                for acc, g in zip(self.acc, grads):
+                    with tf.device(acc.device):
+                        kept.append(tf.where(finite, g, tf.zeros_like(g)))
+                grads = kept
                 with tf.control_dependencies(
                         [optimizer.apply_gradients(zip(grads, self.variables))]):
                     return tf.stack([tf.cast(applied, tf.float64), norm])

@@ -23,6 +23,7 @@ from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 from tf_hetero.engine import RoundEngine
 from tf_hetero.strategies.runtime import watchdog, workers
 from tf_hetero.strategies.runtime.accumulate import NO_ROUND, patch_lock
+from tf_hetero.strategies.runtime.applier import ChiefApplier
 from tf_hetero.strategies.runtime.dispatcher import ClosureDispatcher
 from tf_hetero.strategies.runtime.errors import ParameterServerError, translate, translated
 from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag
@@ -46,9 +47,11 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         if self.config.uses_engine:
             self.engine = RoundEngine(
                 strategy.extended._num_workers, self.config.sync, self.config.assign,  # pylint: disable=protected-access
-                gate=self.config.gate, monitor=self.monitor, components=self.config.components)
+                gate=self.config.gate, monitor=self.monitor, components=self.config.components,
+                grouping=self.config.grouping, update_scale=self.config.update_scale)
         self.stopped = False  # shutdown() was called: the ticker ends, nothing is scheduled
         self.tracer = StepTracer(self)
+        self.applier = ChiefApplier(self)
         self.dispatcher = ClosureDispatcher(self, self.tracer)
         if self.engine is not None:
             self.engine.dispatcher = self.dispatcher
@@ -119,6 +122,18 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             finally:
                 self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
 
+    def trace(self, fn, args) -> None:
+        """Traces the ``tf.function`` ``fn`` for ``args`` to run on the chief (an apply), under
+        the strategy as ``closure`` traces a worker's function (no "invoked without
+        schedule" warning: the chief runs it on purpose)."""
+        with self.strategy.scope():
+            with patch_lock:
+                self.strategy.extended._being_scheduled = True  # pylint: disable=protected-access
+                try:
+                    fn.get_concrete_function(*args)
+                finally:
+                    self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
+
     def code_tensor(self, code: int) -> tf.Tensor:
         """The int64 tensor of a task code (:func:`task_code`); NO_ROUND's is cached."""
         t = self._code_tensors.get(code)
@@ -172,4 +187,5 @@ def shutdown(strategy) -> None:
         return
     if isinstance(coordinator, HeteroCoordinator):
         coordinator.stopped = True
+        coordinator.applier.stop()
     coordinator._cluster.stop()  # pylint: disable=protected-access

@@ -1,6 +1,7 @@
 """The engine's :class:`~tf_hetero.engine.api.Dispatcher` on TensorFlow: puts task closures
 on the coordinator's closure queue (pinned to a worker through TF's per-worker tagged queues,
-or on the shared queue), and builds and schedules each round's apply.
+or on the shared queue), and builds each round's apply and hands it to the chief's applier
+(:mod:`~tf_hetero.strategies.runtime.applier`).
 
 TF counts tagged (pinned) closures nowhere (docs/TF_INTERNALS.md): :meth:`put` counts them in
 flight itself, so ``join()`` waits for them and ``mark_finished()`` balances.
@@ -90,7 +91,8 @@ class ClosureDispatcher:
         queue.put(closure, tag=worker)
 
     def _dispatch_apply(self, round_id, lanes, folds):
-        slot = self.engine.rounds[round_id].slot
+        rnd = self.engine.rounds[round_id]
+        slot = rnd.slot
         lanes_n = self.engine.num_lanes
         weights = np.zeros((lanes_n, 2), np.float32)
         expected = np.full((lanes_n, 2), -2, np.int64)
@@ -98,16 +100,11 @@ class ClosureDispatcher:
             weights[lane, slot], expected[lane, slot] = 1.0, round_id
         for (lane, fold_slot), (late_round, weight) in folds.items():
             weights[lane, fold_slot], expected[lane, fold_slot] = weight, late_round
-        closure = self.coordinator.closure(
-            self._round_apply_fn(self._round_accumulators(round_id, folds)),
-            (tf.constant(weights), tf.constant(expected)), None)
-        set_tag(closure, ClosureTag(ClosureKind.APPLY, round_id=round_id,
-                                    result=closure.build_output_remote_value()))
-        # Pin the apply to an idle worker, preferring one of the round's: a busy one (still
-        # running a late or losing copy) would make the apply wait behind its task.
-        idle = self.engine.idle_workers()
-        preferred = [w for w in idle if w in lanes] or idle
-        self.put(closure, preferred[0] if preferred else None)
+        args = (tf.constant(weights), tf.constant(expected), tf.constant(rnd.scale, tf.float32))
+        fn = self._round_apply_fn(self._round_accumulators(round_id, folds), args)
+        # Run from the chief, in order (applier.py): an apply on a worker's queue waited
+        # behind that worker's task and held the worker up.
+        self.coordinator.applier.submit(round_id, fn, args)
 
     def _round_accumulators(self, round_id, folds) -> tuple:
         """The accumulators written by the tasks of ``round_id`` and of the rounds whose late
@@ -121,16 +118,19 @@ class ClosureDispatcher:
                 written.update(self.tracer.accumulators_of.get(fn, ()))
         return tuple(a for a in self.tracer.accumulators if a in written)
 
-    def _round_apply_fn(self, accumulators: tuple):
+    def _round_apply_fn(self, accumulators: tuple, args: tuple):
+        """The apply function of ``accumulators`` (one per set of accumulators a round
+        wrote), traced on first use for the chief, where :mod:`applier` runs it."""
         fn = self._apply_fns.get(accumulators)
         if fn is None:
             fns = [a.make_apply_fn(a.optimizer) for a in accumulators]
 
             @tf.function
-            def fn(weights, expected):
-                out = [f(weights, expected) for f in fns]  # [micro-batches, gradient norm]
+            def fn(weights, expected, scale):
+                out = [f(weights, expected, scale) for f in fns]  # [micro-batches, gradient norm]
                 norm = tf.sqrt(tf.add_n([o[1] ** 2 for o in out]))
                 return tf.stack([out[0][0], norm])
 
+            self.coordinator.trace(fn, args)
             self._apply_fns[accumulators] = fn
         return fn

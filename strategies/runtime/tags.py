@@ -5,10 +5,10 @@ the closure is to the engine. Pure Python.
 >>> c = SimpleNamespace()
 >>> tag_of(c) is None
 True
->>> set_tag(c, ClosureTag(ClosureKind.APPLY, round_id=3)).internal
-True
->>> tag_of(c).round_id
-3
+>>> set_tag(c, ClosureTag(ClosureKind.ASYNC)).internal
+False
+>>> tag_of(c).kind
+<ClosureKind.ASYNC: 'async'>
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ _ATTR = "_tf_hetero_tag"
 
 class ClosureKind(str, enum.Enum):
     TASK = "task"  # a training step the engine schedules (``task`` is its engine Task)
-    APPLY = "apply"  # a round's apply (``round_id``, ``result``: its remote value)
     ASYNC = "async"  # a training step of the ASP preset (no engine; timed for the monitor)
 
 
@@ -36,13 +35,12 @@ class ClosureTag:
     kind: ClosureKind
     task: Any = None
     source: tuple | None = None
-    round_id: int | None = None
-    result: Any = None
 
     @property
     def internal(self) -> bool:
-        """An engine closure that is no training step of the user's: an apply or a drain."""
-        return self.kind == ClosureKind.APPLY or bool(getattr(self.task, "drain", False))
+        """An engine closure that is no training step of the user's: a drain (pipelined
+        H-PS). Rounds' applies never reach a worker's queue (they run on the chief)."""
+        return bool(getattr(self.task, "drain", False))
 
 
 def tag_of(closure) -> ClosureTag | None:

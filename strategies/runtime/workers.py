@@ -74,9 +74,6 @@ def _instrument(coordinator, worker, attempt, versions):
             engine.task_finished(task, w)
             if local and task.pushed and not task.stale:
                 monitor.record_push(end)
-        elif tag is not None and tag.kind == ClosureKind.APPLY:
-            applied, norm = (float(v) for v in tag.result.fetch())
-            engine.apply_finished(tag.round_id, int(round(applied)), grad_norm=norm)
         elif tag is not None and tag.kind == ClosureKind.ASYNC and error is None:
             with versions.lock:
                 staleness = versions.version - version
@@ -102,7 +99,7 @@ def _instrument(coordinator, worker, attempt, versions):
 
 
 def move_pinned_closures(coordinator, w: int) -> None:
-    """Moves the task and apply closures queued for dead worker ``w`` to the shared queue."""
+    """Moves the task closures queued for dead worker ``w`` to the shared queue."""
     queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
     engine = coordinator.engine
     if queue._error is not None:  # pylint: disable=protected-access
@@ -114,7 +111,7 @@ def move_pinned_closures(coordinator, w: int) -> None:
         while not tagged.empty():
             c = tagged.get(block=False)
             tag = tag_of(c)
-            ours = tag is not None and tag.kind in (ClosureKind.TASK, ClosureKind.APPLY)
+            ours = tag is not None and tag.kind == ClosureKind.TASK
             (moved if ours else keep).append(c)
         for c in keep:  # per-worker resource closures stay with their worker
             tagged.put(c, block=False)

@@ -19,7 +19,7 @@ import math
 from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 __all__ = ["Dispatcher", "SyncPolicy", "AssignmentPolicy", "Gate", "LatePolicy",
-           "TransferPolicy", "ReportsFigures", "Pulled", "PlanEntry", "Plan", "RoundContext", "Component"]
+           "TransferPolicy", "GroupingPolicy", "UpdateScale", "ReportsFigures", "Pulled", "PlanEntry", "Plan", "RoundContext", "Component"]
 
 
 # ------------------------------------------------------------------------ value types
@@ -117,7 +117,9 @@ class Dispatcher(Protocol):
 
 class SyncPolicy(Protocol):
     """When a round may close. ``mode`` is ``"rounds"`` (tasks form rounds) or ``"async"``
-    (each task's gradient is applied at once; ``should_close`` is never asked)."""
+    (each task's gradient is applied at once; ``should_close`` is never asked). An optional
+    ``overlap`` attribute (default False) lets a book's next round open when this one closes,
+    before its apply has landed (:class:`~tf_hetero.engine.state.Book`)."""
 
     mode: str
 
@@ -148,6 +150,27 @@ class TransferPolicy(Protocol):
     typical task time ``typical_s`` (NaN when unknown)?"""
 
     def should_transfer(self, elapsed_s: float, typical_s: float) -> bool: ...
+
+
+@runtime_checkable
+class GroupingPolicy(Protocol):
+    """Which workers train synchronously together, one book per group
+    (:mod:`tf_hetero.policies.group`): asked with ``ctx.current=None`` for the first groups,
+    then after every applied round; returns new groups, or ``None`` to keep the current
+    ones (the engine regroups once no round is open or applying)."""
+
+    def groups(self, ctx) -> tuple | None: ...
+
+
+@runtime_checkable
+class UpdateScale(Protocol):
+    """How much a round's mean gradient counts in its apply (:mod:`tf_hetero.policies.scale`:
+    per-group lr rule, DynSGD's staleness scaling, a round closed at a quorum): asked at the
+    close with its book's size, the workers, its staleness and ``fraction``, the share of
+    its planned work units it applies."""
+
+    def scale(self, group_size: int, num_workers: int, staleness: float,
+              fraction: float = 1.0) -> float: ...
 
 
 @runtime_checkable

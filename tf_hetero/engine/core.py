@@ -31,6 +31,7 @@ tasks; its sync policy says when it may close; then one apply runs. Mechanisms b
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 from typing import Callable, Sequence
@@ -62,22 +63,42 @@ class RoundEngine:
         :mod:`~tf_hetero.engine.transfer`, :mod:`~tf_hetero.engine.folding`).
       books: ``[(workers, sync, assign), ...]``: several worker groups, each with its own
         rounds (default: one book of all workers with ``sync`` and ``assign``).
+      grouping: a :class:`~tf_hetero.engine.api.GroupingPolicy` forming the books (each
+        with ``sync`` and ``assign``) and re-forming them between rounds (grouped sync).
+      update_scale: an :class:`~tf_hetero.engine.api.UpdateScale`: how much each round's
+        mean gradient counts (``Round.scale``; default 1).
     """
 
     def __init__(self, num_workers: int, sync=None, assign=None, dispatcher=None, gate=None,
                  monitor=None, clock: Callable[[], float] = time.perf_counter, *,
-                 components: Sequence[Component] = (), books=None, guard=None):
+                 components: Sequence[Component] = (), books=None, guard=None,
+                 grouping=None, update_scale=None):
         from tf_hetero.policies import Async, OnePerWorker, Unbounded
         from tf_hetero.policies.diverge import DivergenceGuard
+        from tf_hetero.policies.group import GroupContext, normalize_groups
 
         self.num_workers = num_workers
+        self.monitor = monitor
+        self.grouping, self.update_scale = grouping, update_scale
+        if grouping is not None:
+            if books is not None:
+                raise ValueError("give books or a grouping policy, not both.")
+            if hasattr(assign, "set_units"):
+                raise ValueError(f"grouping: the assignment policy {assign!r} sizes a global "
+                                 "batch across all workers; groups need one that plans per "
+                                 "group (e.g. OnePerWorker).")
+            groups = normalize_groups(grouping.groups(GroupContext(
+                tuple(range(num_workers)), None, 0, monitor, num_workers)), num_workers)
+            books = [(g, sync, assign) for g in groups]
         if books is None:
             books = [(range(num_workers), sync or Async(), assign or OnePerWorker())]
         self.books = [Book(i, frozenset(w), s, a) for i, (w, s, a) in enumerate(books)]
         self._check_books()
+        #: Every book ever formed, by id (rounds name theirs; regrouping forms new ones).
+        self._books = {b.id: b for b in self.books}
+        self._regroup_to = None  # groups to form once no round is open or applying
         self.gate = gate or Unbounded()
         self.dispatcher = dispatcher
-        self.monitor = monitor
         self.clock = clock
         self.components = list(components)
         self.num_lanes = num_workers + sum(c.extra_lanes for c in self.components)
@@ -92,6 +113,7 @@ class RoundEngine:
         self.clocks = {w: 0 for w in range(num_workers)}  # finished tasks per worker
         self.version = 0  # applied updates (rounds, or async tasks)
         self._flushing = False
+        self._last_plan = None  # (context key, plan): see _plan
         self._error: BaseException | None = None
         #: Reads each applied round's gradient norm (None: no check).
         self.guard = guard if guard is not None else DivergenceGuard()
@@ -181,7 +203,7 @@ class RoundEngine:
 
     def task_finished(self, task: Task, worker: int) -> None:
         """``task`` finished successfully on ``worker``."""
-        with self._lock:
+        with self._lock, self._reporting():
             task.t_end = self.clock()
             self._running[worker].discard(task)
             self.clocks[worker] += 1
@@ -204,13 +226,13 @@ class RoundEngine:
                     task.state = S.DONE
                     for c in self.components:
                         c.on_task_done(task, worker)
-                    if self.books[rnd.book].sync.should_close(rnd, self.clock()):
+                    if self._books[rnd.book].sync.should_close(rnd, self.clock()):
                         self._close(rnd)
             self._after_event()
 
     def tick(self) -> None:
         """Time passed: deadlines (slack sync) and task transfer. Called by a timer thread."""
-        with self._lock:
+        with self._lock, self._reporting():
             if self._error is not None:
                 return
             for book in self.books:
@@ -228,7 +250,7 @@ class RoundEngine:
         """The apply of ``round_id`` ran; ``applied`` micro-batches went into it, and the
         norm of its mean gradient was ``grad_norm`` (checked by :attr:`guard`: divergence
         stops the engine with a :class:`~tf_hetero.policies.diverge.DivergenceError`)."""
-        with self._lock:
+        with self._lock, self._reporting():
             rnd = self.rounds[round_id]
             rnd.applied, rnd.t_applied = applied, self.clock()
             if grad_norm is not None:
@@ -245,11 +267,14 @@ class RoundEngine:
                         "rate is larger than a single-worker one."))
                     return
             self.version += 1
-            book = self.books[rnd.book]
-            if book.applying is rnd:
-                book.applying = None
+            book = self._books[rnd.book]
+            if book.applying is rnd:  # applies of a book land in order (one apply thread)
+                book.applying, book.queued = book.queued, None
+            elif book.queued is rnd:
+                book.queued = None
             if self.monitor:
                 self.monitor.on_round(rnd)
+            self._consider_regroup()
             self._pump()
             self._changed.notify_all()
 
@@ -282,11 +307,11 @@ class RoundEngine:
             while self._pending:
                 self.dispatcher.cancel(self._pending.popleft())
             for book in self.books:
-                for rnd in (book.open, book.applying):
+                for rnd in (book.open, book.applying, book.queued):
                     if rnd is not None and not rnd.closed:
                         rnd.closed, rnd.t_close, rnd.abandoned = True, self.clock(), True
                         rnd.pull = []
-                book.open = book.applying = None
+                book.open = book.applying = book.queued = None
             for c in self.components:
                 c.on_fail()
             for tasks in self._running.values():
@@ -364,6 +389,20 @@ class RoundEngine:
             self.monitor.on_task(task, applied=False, staleness=0)
 
     # ---------------------------------------------------------------- internals
+    @contextlib.contextmanager
+    def _reporting(self):
+        """Around a report from the TF side (a worker thread, the apply thread, the ticker):
+        an exception raised by a policy or component stops the engine with it, so ``join``
+        raises it, instead of leaving a round half-closed that nothing would finish."""
+        try:
+            yield
+        except Exception as e:  # pylint: disable=broad-except
+            error = EngineError(f"tf-hetero: a policy or component raised {type(e).__name__}: "
+                                f"{e}. Training stopped (the cause, with its traceback, is "
+                                "chained to this error).")
+            error.__cause__ = e
+            self.fail(error)
+
     def _raise_if_error(self) -> None:
         if self._error is not None:
             raise self._error
@@ -380,10 +419,59 @@ class RoundEngine:
         if self._error is not None:
             return
         if self.rounds_mode:
+            if self._regroup_to is not None and not self._regroup():
+                return  # no new round until every book's rounds are applied
             for book in self.books:
                 self._pump_book(book)
         else:
             self._pump_async()
+
+    def _fraction(self, rnd: Round) -> float:
+        """Work units ``rnd``'s apply averages (its lanes, and late gradients folded in, by
+        their weight) over the units its tasks were planned with."""
+        planned = sum(t.size for t in rnd.tasks)
+        units = float(sum(rnd.lanes.values()))
+        for (lane, _), (late, weight) in rnd.folds.items():
+            old = self.rounds[late]
+            units += weight * sum(t.size for t in old.tasks + old.copies
+                                  if t.lane_id == lane and t.state == S.FOLDED)
+        return units / planned if planned else 1.0
+
+    def _consider_regroup(self) -> None:
+        """Asks the grouping policy (after each applied round) whether to re-form the books."""
+        if self.grouping is None or self._regroup_to is not None:
+            return
+        from tf_hetero.policies.group import GroupContext, normalize_groups
+
+        current = self.groups
+        proposal = self.grouping.groups(GroupContext(
+            tuple(sorted(self._live)), current, sum(r.applied > 0 for r in self.rounds),
+            self.monitor, self.num_workers))
+        if proposal is not None:
+            proposal = normalize_groups(proposal, self.num_workers)
+            if proposal != current:
+                self._regroup_to = proposal
+
+    def _regroup(self) -> bool:
+        """Forms the requested books once no round of any book is open or applying (so no
+        gradient is lost or applied twice; a worker's late task still finishes before its
+        next one on that worker). Returns True when the books are the new ones."""
+        if any(b.busy for b in self.books):
+            return False
+        groups, self._regroup_to = self._regroup_to, None
+        base = max(self._books) + 1
+        sync, assign = self.books[0].sync, self.books[0].assign
+        self.books = [Book(base + i, frozenset(g), sync, assign) for i, g in enumerate(groups)]
+        self._books.update({b.id: b for b in self.books})
+        if self.monitor:
+            self.monitor.on_event("regroup", groups=[list(g) for g in groups])
+        return True
+
+    @property
+    def groups(self) -> tuple:
+        """The current books' workers, as sorted tuples (grouped sync: the groups)."""
+        return tuple(sorted((tuple(sorted(b.workers)) for b in self.books),
+                            key=lambda g: g[:1]))
 
     def _pump_async(self) -> None:
         for w in sorted(self._live, key=lambda w: self.clocks[w]):
@@ -397,9 +485,9 @@ class RoundEngine:
             self.dispatch(self._pending.popleft(), w, None)
 
     def _pump_book(self, book: Book) -> None:
-        if book.busy:
+        if not book.may_open:
             return
-        if self._flushing and not self._pending:
+        if self._flushing and not self._pending and not book.busy:
             for c in self.components:  # end of an epoch: rounds that close it
                 if c.end_of_epoch(book):
                     return
@@ -410,7 +498,7 @@ class RoundEngine:
             return
         ctx = RoundContext(book.opened, tuple(w for w in live if not self.busy(w)),
                            tuple(w for w in live if self.busy(w)), self.monitor)
-        plan = book.assign.plan(ctx)
+        plan = self._plan(book, ctx)
         if not plan.entries:
             return  # every live worker is still busy with late work; wait for one
         if len(self._pending) < len(plan.entries) and not self._flushing:
@@ -437,6 +525,16 @@ class RoundEngine:
             if task.state != S.QUEUED:
                 self.dispatch(task, task.pinned, rnd.id)
         self._feed()
+
+    def _plan(self, book: Book, ctx: RoundContext):
+        """``book``'s plan for ``ctx``, asked once while nothing it reads changes: fit
+        schedules a round's tasks one by one and each submit pumps, with the same context
+        and monitor; planning at every submit cost O(N^2) per round at 1000 workers."""
+        key = (book.id, ctx.round_id, ctx.idle, ctx.busy,
+               len(self.monitor.tasks) if self.monitor is not None else None)
+        if self._last_plan is None or self._last_plan[0] != key:
+            self._last_plan = (key, book.assign.plan(ctx))
+        return self._last_plan[1]
 
     def _feed(self) -> None:
         """Hands the open rounds' pulled tasks to idle workers allowed to take them."""
@@ -478,7 +576,7 @@ class RoundEngine:
         if self._error is not None:
             return
         rnd.closed, rnd.t_close = True, self.clock()
-        book = self.books[rnd.book]
+        book = self._books[rnd.book]
         # Tasks not started yet will find their round closed and write nothing; running ones
         # are still writing their lane.
         copies = rnd.tasks + rnd.copies
@@ -498,22 +596,40 @@ class RoundEngine:
             task.round, task.state = None, S.PENDING
             self._pending.appendleft(task)
         rnd.pull = []
+        staleness = 0
+        # Updates that land before this round's apply and that its tasks did not read: those
+        # applied since each started, plus its book's previous round if it is still being
+        # applied (overlap). Other books' applies still to come are not known yet.
+        version = self.version + (book.applying is not None)
         for t in copies:
             if t.state == S.DONE and t.lane_id in late_lanes:
                 t.state = S.LATE  # its lane was still being written: not in this apply
-            elif t.state == S.DONE and self.monitor and not t.drain:  # a drain has no data
-                self.monitor.on_task(t, applied=True,
-                                     staleness=max([c.staleness(t) for c in self.components],
-                                                   default=0))
+            elif t.state == S.DONE and not t.drain:  # a drain has no data
+                # Updates applied since the task started (other books' rounds: grouped
+                # sync), or what a component knows (pipelined pushes are a round old).
+                s = max([c.staleness(t) for c in self.components]
+                        + [version - t.version_at_start])
+                staleness = max(staleness, s)
+                if self.monitor:
+                    self.monitor.on_task(t, applied=True, staleness=s)
+        if self.grouping is not None:
+            rnd.info["group"] = sorted(book.workers)
         for lane in sorted(late_lanes):
             self._settle_late(rnd, lane)
         folds = {}
         for c in self.components:
             folds.update(c.folds_for(rnd))
         rnd.folds = folds
+        if self.update_scale is not None:
+            rnd.scale = self.update_scale.scale(len(book.workers), self.num_workers, staleness,
+                                                self._fraction(rnd))
+            rnd.info.update(staleness=staleness, scale=rnd.scale)
         book.open = None
         if rnd.lanes or folds:
-            book.applying = rnd
+            if book.applying is None:
+                book.applying = rnd
+            else:  # overlap: the previous round is still being applied
+                book.queued = rnd
             self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes), folds)
         else:
             rnd.applied, rnd.t_applied = 0, rnd.t_close

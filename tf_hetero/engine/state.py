@@ -126,30 +126,58 @@ class Round:
     expected_s: float = float("nan")  # projected duration (sync policies may use it)
     task_s: dict = dataclasses.field(default_factory=dict)  # projected task s per worker
     folds: dict = dataclasses.field(default_factory=dict)  # (lane, slot) -> (round, weight)
+    #: Factor on the round's mean gradient in its apply (UpdateScale: per-group lr rule,
+    #: staleness scaling); 1: the mean as is.
+    scale: float = 1.0
     info: dict = dataclasses.field(default_factory=dict)  # what the policies decided (a log)
+    _in_prefix: int = dataclasses.field(default=0, repr=False)  # tasks known in (all_done)
 
     @property
     def num_done(self) -> int:
         """Tasks in: a transferred task counts once, when its first copy is in."""
-        return sum(t.state == TaskState.DONE or
-                   (t.twin is not None and t.twin.state == TaskState.DONE)
-                   for t in self.tasks)
+        return sum(map(_is_in, self.tasks))
+
+    @property
+    def all_done(self) -> bool:
+        """Every task is in (``num_done == len(tasks)``). Asked at every task's end, so it
+        resumes where the last call stopped (while a round is open a task that is in stays
+        in): counting them all made a round of N tasks cost N^2 (1000 workers: seconds)."""
+        tasks, i = self.tasks, self._in_prefix
+        while i < len(tasks) and _is_in(tasks[i]):
+            i += 1
+        self._in_prefix = i
+        return i == len(tasks)
+
+
+def _is_in(t: Task) -> bool:
+    """A round's task is in: it is done, or its transfer twin is."""
+    return t.state == TaskState.DONE or (t.twin is not None and t.twin.state == TaskState.DONE)
 
 
 @dataclasses.dataclass(eq=False)
 class Book:
-    """A group of workers with its own rounds: at most one open and one applying round, so a
-    worker never writes round ``r + 2`` of its book before round ``r`` is applied (what the
-    two accumulator slots need)."""
+    """A group of workers with its own rounds: at most one open round and two closed rounds
+    not yet applied, and never round ``r + 2`` open before round ``r`` is applied (what the
+    two accumulator slots need). The next round opens once the open one has been applied, or,
+    when the sync policy overlaps rounds (``overlap = True``), once it has closed: its tasks
+    then read the model before the previous apply lands (staleness 1)."""
 
     id: int
     workers: frozenset
     sync: Any  # SyncPolicy
     assign: Any  # AssignmentPolicy
     open: Round | None = None
-    applying: Round | None = None
+    applying: Round | None = None  # the oldest closed round not applied yet
+    queued: Round | None = None  # overlap: a closed round whose apply follows ``applying``'s
     opened: int = 0  # rounds opened so far (the next one's slot is opened % 2)
 
     @property
     def busy(self) -> bool:
-        return self.open is not None or self.applying is not None
+        return self.open is not None or self.applying is not None or self.queued is not None
+
+    @property
+    def may_open(self) -> bool:
+        """May the next round open now?"""
+        if self.open is not None or self.queued is not None:
+            return False
+        return self.applying is None or bool(getattr(self.sync, "overlap", False))

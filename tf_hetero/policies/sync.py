@@ -27,15 +27,26 @@ class Async:
 
 
 class AllTasks:
-    """Enforced sync: a round closes when every one of its tasks is in (BSP)."""
+    """Enforced sync: a round closes when every one of its tasks is in (BSP).
+
+    ``overlap=True``: the next round opens as soon as this one closes, while its apply runs
+    (on the chief), so the workers never wait for an apply; the next round's tasks read the
+    model before that apply lands, so every update uses gradients one round old
+    (staleness 1, as pipelined SGD). Default: the next round reads this round's update.
+    """
 
     mode = "rounds"
 
+    def __init__(self, overlap: bool = False):
+        if not isinstance(overlap, bool):
+            raise ValueError(f"overlap={overlap!r}: need True or False.")
+        self.overlap = overlap
+
     def should_close(self, rnd, now) -> bool:
-        return rnd.num_done == len(rnd.tasks)
+        return rnd.all_done
 
     def __repr__(self):
-        return "AllTasks()"
+        return f"AllTasks({'overlap=True' if self.overlap else ''})"
 
 
 class FirstK:

@@ -90,7 +90,7 @@ class TaskLog:
                     finally:
                         end = time.perf_counter()
                         tag = tag_of(closure)
-                        if tag is None or not tag.internal:  # not an apply or a drain
+                        if tag is None or not tag.internal:  # not a drain
                             for task_log in list(_logs):
                                 task_log.record(_worker.worker_index, start, end)
 

@@ -7,8 +7,11 @@ per-socket counters (``tcp_info``: ``bytes_acked`` out, ``bytes_received`` in), 
 owned by ``w``'s process and the other by ``p``'s, whichever side opened it (TF's rendezvous
 makes the *receiver* pull tensors, so a gradient a worker sends to a PS flows on a connection
 the PS may have opened). Bytes are gRPC payloads (framing and protobuf included, TCP/IP
-headers excluded); the chief's traffic (its accuracy evaluations, closure dispatch) is not
-worker<->PS traffic and is left out.
+headers excluded). The chief's traffic with the PS tasks is counted apart
+(``chief_ps_bytes_per_sample``): it holds the bench's accuracy evaluations (every row reads the
+model every ``eval_interval_s``, so slower rows pay more per sample) and the rounds' applies,
+which run on the chief but keep every gradient-sized tensor on the PS (a few scalars and the
+control messages cross).
 
 Needs a process-mode :class:`~tf_hetero.cluster.LocalCluster` (one process per task) and
 ``ss``; :meth:`TrafficMeter.for_cluster` returns ``None`` (and says why) otherwise.
@@ -23,6 +26,8 @@ Connections closed between two snapshots lose their counts (gRPC keeps channels 
 (11, 900, 40)
 >>> pair_bytes(socks, {11: ("worker", 0), 22: ("ps", 1)})
 {(0, 1): (900, 40)}
+>>> pair_bytes(socks, {11: ("chief", 0), 22: ("ps", 1)}, "chief"), pair_bytes(socks, {11: ("chief", 0), 22: ("ps", 1)})
+({(0, 1): (900, 40)}, {})
 >>> Traffic.between({(0, 1): (100, 10)}, {(0, 1): (900, 40), (1, 0): (5, 6)}, num_ps=2).to_ps
 [5, 800]
 """
@@ -30,6 +35,7 @@ Connections closed between two snapshots lose their counts (gRPC keeps channels 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import subprocess
@@ -62,16 +68,16 @@ def parse_ss(text: str) -> dict:
     return out
 
 
-def pair_bytes(sockets: dict, roles: dict) -> dict:
-    """``{(worker, ps): (bytes worker -> PS, bytes PS -> worker)}`` summed over the
-    connections whose two ends belong to a worker and a PS (``roles``: pid -> (role, i))."""
+def pair_bytes(sockets: dict, roles: dict, role: str = "worker") -> dict:
+    """``{(i, ps): (bytes i -> PS, bytes PS -> i)}`` summed over the connections whose two
+    ends belong to task ``i`` of ``role`` and a PS (``roles``: pid -> (role, i))."""
     out: dict = {}
     for (local, peer), (pid, sent, recv) in sockets.items():
         other = sockets.get((peer, local))
-        if other is None or roles.get(pid, ("",))[0] != "worker":
+        if other is None or roles.get(pid, ("",))[0] != role:
             continue
-        role, ps = roles.get(other[0], ("", -1))
-        if role != "ps":
+        peer_role, ps = roles.get(other[0], ("", -1))
+        if peer_role != "ps":
             continue
         w = roles[pid][1]
         s, r = out.get((w, ps), (0, 0))
@@ -86,16 +92,24 @@ class Traffic:
 
     to_ps: list
     from_ps: list
+    chief: int = 0  # bytes between the chief and the PS tasks, both ways
 
     @classmethod
     def between(cls, before: dict, after: dict, num_ps: int) -> "Traffic":
+        """From two snapshots (``{"worker": pairs, "chief": pairs}``, or worker pairs)."""
+        before, after = ({"worker": x} if "worker" not in x else x for x in (before, after))
+        delta = {}
+        for role in ("worker", "chief"):
+            delta[role] = {}
+            for key, (s, r) in after.get(role, {}).items():
+                s0, r0 = before.get(role, {}).get(key, (0, 0))
+                # A connection opened in the interval starts at 0; counters never go back.
+                delta[role][key] = (max(s - s0, 0), max(r - r0, 0))
         to_ps, from_ps = [0] * num_ps, [0] * num_ps
-        for (w, p), (s, r) in after.items():
-            s0, r0 = before.get((w, p), (0, 0))
-            # A connection opened in the interval starts at 0; counters never go back.
-            to_ps[p] += max(s - s0, 0)
-            from_ps[p] += max(r - r0, 0)
-        return cls(to_ps, from_ps)
+        for (_, p), (s, r) in delta["worker"].items():
+            to_ps[p] += s
+            from_ps[p] += r
+        return cls(to_ps, from_ps, sum(s + r for s, r in delta["chief"].values()))
 
     @property
     def total(self) -> int:
@@ -108,6 +122,7 @@ class Traffic:
         mean = sum(load) / len(load) if load else 0.0
         return {"bytes_to_ps_per_sample": sum(self.to_ps) / n,
                 "bytes_from_ps_per_sample": sum(self.from_ps) / n,
+                "chief_ps_bytes_per_sample": self.chief / n,
                 "ps_bytes": [{"to": a, "from": b} for a, b in zip(self.to_ps, self.from_ps)],
                 "ps_load_max_over_mean": max(load) / mean if mean else None}
 
@@ -130,12 +145,14 @@ class TrafficMeter:
             print(f"[tf-hetero] traffic not measured: {why}.", flush=True)
             return None
         roles = {pid: key for key, pid in cluster.role_pids().items()}
+        roles[os.getpid()] = ("chief", 0)  # the meter lives in the chief (the bench)
         return cls(roles, cluster.num_ps)
 
     def snapshot(self) -> dict:
         text = subprocess.run(["ss", "-tinpH", "state", "established"], capture_output=True,
                               text=True, timeout=30, check=True).stdout
-        return pair_bytes(parse_ss(text), self.roles)
+        sockets = parse_ss(text)
+        return {role: pair_bytes(sockets, self.roles, role) for role in ("worker", "chief")}
 
     def since(self, before: dict) -> Traffic:
         return Traffic.between(before, self.snapshot(), self.num_ps)

@@ -239,9 +239,25 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     t0 = time.perf_counter()
     sampler.start(t0)
     progress = tf_hetero.Progress(5.0, task_log=task_log or TaskLog.for_strategy(strategy))
-    model.fit(keras.utils.experimental.DatasetCreator(train_fn),
-              epochs=cfg.tasks // cfg.steps_per_epoch, steps_per_epoch=steps_per_epoch,
-              verbose=0, callbacks=[progress])
+    stopped = None  # the divergence stop's line, if the row's fit stopped on it
+    try:
+        model.fit(keras.utils.experimental.DatasetCreator(train_fn),
+                  epochs=cfg.tasks // cfg.steps_per_epoch, steps_per_epoch=steps_per_epoch,
+                  verbose=0, callbacks=[progress])
+    except tf_hetero.DivergenceError as e:  # the row is measured up to the stop, and marked
+        stopped = str(e)
+        print(f"[tf-hetero bench] {spec}: {stopped}", flush=True)
+    except Exception:
+        # Any other failure ends the row (run_bench reports it and goes on): stop what it
+        # started so nothing of it runs beside the next row.
+        sampler.stop()
+        for log in {id(x): x for x in (task_log, progress.task_log) if x is not None}.values():
+            log.detach()
+        from tf_hetero.strategies.runtime.coordinator import shutdown
+
+        shutdown(strategy)
+        _FINISHED_ROWS.append((strategy, model))
+        raise
     fit_wall = time.perf_counter() - t0
     # fit() returns after the last apply: the row's traffic, read before anything else runs.
     traffic = meter.since(traffic_before) if meter is not None else None
@@ -280,7 +296,8 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     computed = sum(r.size for r in records) * unit
     measured = (traffic.per_sample(computed) if traffic is not None else
                 {"bytes_to_ps_per_sample": None, "bytes_from_ps_per_sample": None,
-                 "ps_bytes": None, "ps_load_max_over_mean": None})
+                 "chief_ps_bytes_per_sample": None, "ps_bytes": None,
+                 "ps_load_max_over_mean": None})
     if stock:
         rounds, engine_figures = len(records), {}
     else:
@@ -299,6 +316,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         "efficiency": metrics.efficiency(sps, ideal),
         "time_to_target_s": hit,
         "final_accuracy": final,
+        "stopped": stopped,
         **measured,
         # For reference: one gradient (= the trainable variables), bytes per sample.
         "gradient_bytes_per_sample": sum(v.shape.num_elements() * v.dtype.size
@@ -334,7 +352,8 @@ def summarize(runs: list[dict], strategies, num_classes: int = 10) -> list[dict]
     """One row per strategy: at each learning-rate factor, the run with the median
     samples/s stands for its runs (``spread[key]``: median and range of each figure); the
     row is the factor with the best median time to target (then final accuracy), among
-    factors that did not diverge (final accuracy above 1.5x chance, in every run)."""
+    factors that did not diverge (no divergence stop and final accuracy above 1.5x chance,
+    in every run)."""
     rows = []
     for spec in strategies:
         candidates = []
@@ -345,7 +364,8 @@ def summarize(runs: list[dict], strategies, num_classes: int = 10) -> list[dict]
             row = dict(mine[(len(mine) - 1) // 2])
             row["repeats"] = len(mine)
             row["spread"] = {k: metrics.aggregate([r[k] for r in mine]) for k in SPREAD_KEYS}
-            row["diverged"] = any(r["final_accuracy"] <= 1.5 / num_classes for r in mine)
+            row["diverged"] = any(r.get("stopped") or r["final_accuracy"] <= 1.5 / num_classes
+                                  for r in mine)
             candidates.append(row)
         ttt = [c["spread"]["time_to_target_s"]["median"] for c in candidates]
         grid = {c.get("lr_factor", 1.0): t for c, t in zip(candidates, ttt)}
@@ -451,7 +471,10 @@ def plot(results: list[dict], cfg: BenchConfig, path: str) -> str:
     return path
 
 
-def run_bench(cfg: BenchConfig) -> list[dict]:
+def run_bench(cfg: BenchConfig, failures: dict | None = None) -> list[dict]:
+    """Runs every row of ``cfg`` on one local cluster, writes the JSON, Markdown and PNG, and
+    returns the table's rows. A row that raises is reported (in the table, the JSON and
+    ``failures``: ``{strategy: error}``) and the others still run."""
     from tf_hetero.cluster import LocalCluster
 
     profile = Profile.parse(cfg.profile)
@@ -460,7 +483,7 @@ def run_bench(cfg: BenchConfig) -> list[dict]:
           f"profile {profile.spec()}", flush=True)
     from tf_hetero.telemetry.traffic import TrafficMeter
 
-    runs = []
+    runs, failed = [], {}
     with LocalCluster(cfg.workers, cfg.ps, profile=profile, processes=True) as cluster:
         meter = TrafficMeter.for_cluster(cluster)
         for rep in range(cfg.repeats):
@@ -480,21 +503,36 @@ def run_bench(cfg: BenchConfig) -> list[dict]:
                     if time.perf_counter() - t > 1.0:
                         print(f"[tf-hetero bench] cleanup took {time.perf_counter() - t:.1f}s",
                               flush=True)
-                    run = run_strategy(spec, cluster, cfg, profile, factor, meter)
+                    try:
+                        run = run_strategy(spec, cluster, cfg, profile, factor, meter)
+                    except Exception as e:  # pylint: disable=broad-except
+                        # One broken row must not lose the others' measurements.
+                        first = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+                        failed.setdefault(spec, f"{type(e).__name__}: {first}")
+                        print(f"[tf-hetero bench] {spec} failed: {failed[spec]}", flush=True)
+                        continue
                     run["repeat"] = rep
                     runs.append(run)
-    results = summarize(runs, cfg.strategies, runs[0]["num_classes"])
+    if not runs:
+        raise RuntimeError(f"every row failed: {failed}")
+    done = [s for s in cfg.strategies if any(r["strategy"] == s for r in runs)]
+    results = summarize(runs, done, runs[0]["num_classes"])
     # The ideal of the run each row reports (the profile integrated over its tasks).
     ideal = statistics.median(r["ideal_samples_per_sec"] for r in results)
     table = format_table(results, cfg, ideal)
+    if failed:
+        table += "\n\nRows that failed (not in the table):\n\n" + "\n".join(
+            f"- {spec}: {why}" for spec, why in failed.items())
     print("\n" + table + "\n", flush=True)
     stem = os.path.splitext(cfg.json_path)[0] if cfg.json_path else os.path.join(cfg.out_dir, "bench")
     os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
     with open(stem + ".json", "w") as f:
         json.dump({"config": dataclasses.asdict(cfg), "ideal_samples_per_sec": ideal,
-                   "results": results, "runs": runs}, f, indent=1)
+                   "results": results, "runs": runs, "failed": failed}, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
     plot(results, cfg, stem + ".png")
     print(f"[tf-hetero bench] wrote {stem}.json, .md and .png", flush=True)
+    if failures is not None:
+        failures.update(failed)
     return results

@@ -104,16 +104,19 @@ def summary_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def run_scenarios(scenarios: list[Scenario], out_dir: str, **fixed) -> dict:
-    """Runs each scenario (one ``run_bench`` each) and writes ``OUT_DIR/summary.{md,json}``."""
+def run_scenarios(scenarios: list[Scenario], out_dir: str, **fixed) -> tuple[dict, dict]:
+    """Runs each scenario (one ``run_bench`` each), writes ``OUT_DIR/summary.{md,json}`` and
+    returns ``(rows per scenario, {"scenario/strategy": error} of rows that failed)``."""
     from tf_hetero.tools.bench import run_bench
 
-    results = {}
+    results, failures = {}, {}
     for scenario in scenarios:
         where = os.path.join(out_dir, scenario.name)
         print(f"[tf-hetero bench] scenario {scenario.name}: {scenario.description}", flush=True)
         cfg = scenario.config(out_dir=where, json_path=os.path.join(where, "bench.json"), **fixed)
-        results[scenario.name] = run_bench(cfg)
+        failed: dict = {}
+        results[scenario.name] = run_bench(cfg, failed)
+        failures.update({f"{scenario.name}/{k}": v for k, v in failed.items()})
     table = summary_table(results)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
@@ -124,4 +127,7 @@ def run_scenarios(scenarios: list[Scenario], out_dir: str, **fixed) -> dict:
                                               "efficiency", "final_accuracy")} for r in rows]
                    for name, rows in results.items()}, f, indent=1)
     print("\n" + table + "\n", flush=True)
-    return results
+    if failures:
+        print("[tf-hetero bench] rows that failed: " + "; ".join(f"{k}: {v}" for k, v in
+                                                                 failures.items()), flush=True)
+    return results, failures

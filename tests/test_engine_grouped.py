@@ -1,0 +1,197 @@
+"""Grouped sync on the round engine (pure Python): one book per group, groups that never wait
+for each other, regrouping between rounds with no gradient lost or applied twice, staleness
+and the per-group update scale."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tf_hetero.engine import RoundEngine
+from tf_hetero.policies import AllTasks, BalancedBatches, OnePerWorker
+from tf_hetero.policies.group import FixedGroups, GroupContext, SpeedGroups, normalize_groups
+from tf_hetero.policies.scale import GroupScale
+from tf_hetero.telemetry import Monitor
+
+from fakes import FakeClock, FakeDispatcher, play
+
+
+def grouped(num_workers, grouping, scale=None):
+    clock = FakeClock()
+    d = FakeDispatcher()
+    m = Monitor(num_workers, clock=clock)
+    e = RoundEngine(num_workers, AllTasks(), OnePerWorker(), d, monitor=m, clock=clock,
+                    grouping=grouping, update_scale=scale)
+    return e, d, m, clock
+
+
+def run(e, task, clock=None, dt=0.0):
+    e.task_started(task, task.pinned)
+    if clock is not None:
+        clock.advance(dt)
+    e.task_finished(task, task.pinned)
+
+
+def test_a_straggler_group_holds_up_only_itself():
+    e, d, _, _ = grouped(4, FixedGroups([[0, 1, 2], [3]]))
+    assert e.groups == ((0, 1, 2), (3,))
+    tasks = [e.submit(i) for i in range(12)]
+    slow = [t for t in tasks if t.pinned == 3]
+    assert len(slow) == 1  # the lone group took one task, the other group three
+    for _ in range(3):  # the fast group runs three rounds while the straggler's task runs
+        for t in [t for t, w, _ in d.dispatched if w != 3 and t.state == "dispatched"]:
+            run(e, t)
+        rnd = d.applies[-1][0]
+        e.apply_finished(rnd, 3)
+    assert [e.rounds[r].book for r, _ in d.applies] == [0, 0, 0]
+    assert slow[0].state == "dispatched"  # still running: nobody waited for it
+    run(e, slow[0])
+    assert d.applies[-1][1] == {3: 1}
+
+
+def test_staleness_counts_other_groups_updates_and_sets_the_round_scale():
+    e, d, m, _ = grouped(4, FixedGroups([[0, 1, 2], [3]]), GroupScale("linear", "inverse"))
+    tasks = [e.submit(i) for i in range(8)]
+    slow = next(t for t in tasks if t.pinned == 3)
+    e.task_started(slow, 3)  # reads the model now
+    for _ in range(2):
+        for t in [t for t, w, _ in d.dispatched if w != 3 and t.state == "dispatched"]:
+            run(e, t)
+        rnd = e.rounds[d.applies[-1][0]]
+        assert rnd.info["staleness"] == 0 and rnd.scale == pytest.approx(3 / 4)
+        e.apply_finished(rnd.id, 3)
+    e.task_finished(slow, 3)
+    rnd = e.rounds[d.applies[-1][0]]
+    assert rnd.info["staleness"] == 2  # the other group applied twice since it started
+    assert rnd.scale == pytest.approx(1 / 4 / 3)  # linear rule (1 of 4) x 1 / (1 + 2)
+    assert rnd.info["group"] == [3]
+    assert max(t.staleness for t in m.tasks) == 2
+
+
+class RandomGroups:
+    """Proposes a random partition after every applied round (seeded): regroups as often as
+    the engine lets it."""
+
+    def __init__(self, n, seed):
+        self.n, self.rng = n, random.Random(seed)
+
+    def groups(self, ctx):
+        workers = list(range(self.n))
+        self.rng.shuffle(workers)
+        cuts = sorted(self.rng.sample(range(1, self.n), self.rng.randint(0, self.n - 1)))
+        return [workers[a:b] for a, b in zip([0] + cuts, cuts + [self.n])]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_schedules_and_regroups_apply_every_task_exactly_once(seed):
+    rng = random.Random(seed)
+    n, total = 5, 80
+    e, d, m, clock = grouped(n, RandomGroups(n, seed))
+    submitted = play(e, d, total, rng, clock=clock)
+    regroups = [f for _, name, f in m.events if name == "regroup"]
+    assert len(regroups) >= 3  # the feature ran
+    tasks = [t for r in e.rounds for t in r.tasks]
+    assert len(tasks) == len({id(t) for t in tasks}) == total  # none lost, none twice
+    assert all(t.state == "done" for t in submitted)
+    assert sum(r.applied for r in e.rounds) == total
+    # A round's tasks ran on the workers of its group only.
+    for r in e.rounds:
+        assert {t.worker for t in r.tasks} <= set(r.info["group"])
+    # Regrouping waited for every round to be applied: each round opened and was applied
+    # between two regroups (books of one grouping never overlap with the next grouping's).
+    times = [t for t, name, _ in m.events if name == "regroup"]
+    for r in e.rounds:
+        before = [t for t in times if t <= r.t_open]
+        after = [t for t in times if t > r.t_open]
+        assert not after or r.t_applied <= after[0], (r.id, r.t_open, r.t_applied, after[0])
+        assert r.book >= len(before)  # a book formed at or after the last regroup before it
+
+
+def test_one_group_is_bsp():
+    e, d, _, _ = grouped(3, SpeedGroups(1))
+    tasks = [e.submit(i) for i in range(3)]
+    assert [w for _, w, _ in d.dispatched] == [0, 1, 2]
+    for t in tasks:
+        run(e, t)
+    assert d.applies == [(0, {0: 1, 1: 1, 2: 1})]
+
+
+def test_grouping_refuses_a_policy_that_sizes_one_global_batch():
+    with pytest.raises(ValueError, match="groups need one that plans per group"):
+        RoundEngine(2, AllTasks(), BalancedBatches(4), FakeDispatcher(),
+                    grouping=FixedGroups([[0], [1]]))
+
+
+# ------------------------------------------------------------------- the policies
+def test_speed_groups_split_stragglers_from_fast_workers():
+    g = SpeedGroups(2)
+    assert g.split({0: 0.1, 1: 0.4, 2: 0.1, 3: 0.1}) == ((0, 2, 3), (1,))
+    assert SpeedGroups(3).split({0: 0.1, 1: 0.2, 2: 0.4, 3: 0.41}) == ((0,), (1,), (2, 3))
+    assert SpeedGroups(2).by_index(5) == ((0, 1), (2, 3, 4))
+
+
+class _Times:
+    def __init__(self, times):
+        self.times = times
+
+    def durations(self, w):
+        return [self.times[w]] * 5
+
+
+def test_speed_groups_regroup_when_speeds_change_but_not_every_round():
+    g = SpeedGroups(2, every=3, min_gain=0.1)
+    start = g.groups(GroupContext((0, 1, 2, 3), None, 0, None, 4))
+    assert start == ((0, 1), (2, 3))
+    monitor = _Times({0: 0.1, 1: 0.4, 2: 0.1, 3: 0.1})
+    assert g.groups(GroupContext((0, 1, 2, 3), start, 5, monitor, 4)) == ((0, 2, 3), (1,))
+    # Asked again one round later: too soon.
+    assert g.groups(GroupContext((0, 1, 2, 3), start, 6, monitor, 4)) is None
+    # The same split as now: nothing to do.
+    now = ((0, 2, 3), (1,))
+    assert g.groups(GroupContext((0, 1, 2, 3), now, 9, monitor, 4)) is None
+    # A split barely better than the current one is not worth a regroup.
+    close = _Times({0: 0.1, 1: 0.11, 2: 0.1, 3: 0.105})
+    assert g.groups(GroupContext((0, 1, 2, 3), ((0, 1), (2, 3)), 20, close, 4)) is None
+
+
+def test_group_settings_are_checked():
+    with pytest.raises(ValueError, match="in two groups"):
+        normalize_groups([[0, 1], [1]], 2)
+    with pytest.raises(ValueError, match=r"missing \[2\]"):
+        normalize_groups([[0, 1]], 3)
+    with pytest.raises(ValueError, match="groups=0"):
+        SpeedGroups(0)
+    with pytest.raises(ValueError, match="lr_rule='sqrt'"):
+        GroupScale("sqrt")
+    with pytest.raises(ValueError, match="groups=5 with 4 workers"):
+        SpeedGroups(5).groups(GroupContext((0, 1, 2, 3), None, 0, None, 4))
+
+
+def test_a_round_closed_at_a_quorum_takes_a_step_in_proportion_to_its_samples():
+    """EPSP slack: the lr is set for the whole round; a round that closes with 3 of its 4
+    tasks in averages 3/4 of the samples, so it is scaled by 3/4 (SampledScale)."""
+    from tf_hetero.policies import SampledScale, SlackSync
+
+    clock = FakeClock()
+    d = FakeDispatcher()
+    e = RoundEngine(4, SlackSync(quorum=0.75), OnePerWorker(), d, clock=clock,
+                    update_scale=SampledScale())
+    tasks = [e.submit(i) for i in range(4)]
+    for t in tasks[:3]:
+        run(e, t)
+    rnd = e.rounds[0]
+    assert rnd.closed and rnd.scale == pytest.approx(0.75)
+
+
+def test_a_policy_that_raises_stops_the_engine_with_its_error_instead_of_hanging():
+    class Broken:
+        def scale(self, group_size, num_workers, staleness):  # the pre-``fraction`` contract
+            return 0.5
+
+    e, d, _, _ = grouped(2, FixedGroups([[0, 1]]), Broken())
+    tasks = [e.submit(i) for i in range(2)]
+    for t in tasks:
+        run(e, t)  # the close calls Broken.scale, which raises a TypeError
+    with pytest.raises(Exception, match="a policy or component raised TypeError"):
+        e.wait_idle(timeout=1.0)

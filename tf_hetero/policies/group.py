@@ -1,0 +1,192 @@
+"""Grouping policies: which workers train synchronously together, one *book* per group
+(:class:`~tf_hetero.engine.api.GroupingPolicy`; a group round's update rule is in
+:mod:`tf_hetero.policies.scale`).
+
+Grouped hybrid sync (Basu et al., HiPC 2018): each group runs its own rounds (one averaged
+update per round) and the groups update the shared model asynchronously to each other, so a
+straggler holds up only its own group. One group is BSP; one group per worker is ASP (or
+DynSGD, with staleness-scaled updates).
+
+>>> SpeedGroups(2).split({0: 0.1, 1: 0.11, 2: 0.1, 3: 0.4})
+((0, 1, 2), (3,))
+>>> FixedGroups([[0, 1], [2, 3]]).groups(GroupContext(live=(0, 1, 2, 3), current=None))
+((0, 1), (2, 3))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping, Sequence
+
+from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time
+
+__all__ = ["GroupContext", "FixedGroups", "SpeedGroups", "normalize_groups"]
+
+Groups = tuple  # tuple of sorted tuples of worker indices, sorted by first worker
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupContext:
+    """What a grouping policy may know when the engine asks (at the start, and after each
+    applied round): the live workers, the current groups (``None`` at the start), rounds
+    applied so far, and the monitor (task-time history)."""
+
+    live: tuple
+    current: Groups | None
+    rounds_applied: int = 0
+    monitor: Any = None
+    num_workers: int = 0
+
+
+def normalize_groups(groups: Sequence[Sequence[int]], num_workers: int | None = None) -> Groups:
+    """Groups as sorted tuples, checked: each worker in exactly one non-empty group.
+
+    >>> normalize_groups([[3], [2, 0, 1]], 4)
+    ((0, 1, 2), (3,))
+    >>> normalize_groups([[0, 1], [1, 2]], 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: groups [[0, 1], [1, 2]]: worker(s) [1] in two groups. Fix: put each worker in exactly one group.
+    """
+    try:
+        out = tuple(sorted((tuple(sorted(int(w) for w in g)) for g in groups),
+                           key=lambda g: g[:1]))
+    except (TypeError, ValueError):
+        raise ValueError(f"groups {groups!r}: need a list of lists of worker indices, e.g. "
+                         "[[0, 1, 2], [3]].") from None
+    seen: list[int] = [w for g in out for w in g]
+    if any(not g for g in out):
+        raise ValueError(f"groups {groups!r}: a group is empty. Fix: drop it.")
+    twice = sorted({w for w in seen if seen.count(w) > 1})
+    if twice:
+        raise ValueError(f"groups {groups!r}: worker(s) {twice} in two groups. Fix: put each "
+                         "worker in exactly one group.")
+    if num_workers is not None and sorted(seen) != list(range(num_workers)):
+        raise ValueError(f"groups {groups!r}: with {num_workers} workers every worker "
+                         f"0..{num_workers - 1} must be in one group (missing "
+                         f"{sorted(set(range(num_workers)) - set(seen))}, unknown "
+                         f"{sorted(set(seen) - set(range(num_workers)))}).")
+    return out
+
+
+class _Figures:
+    """Monitor figures of a grouped run (``Monitor.add_summary``; Keras logs through
+    ``MonitorLogs``): groups seen, and the staleness of the groups' updates."""
+
+    def summary(self, rounds: Sequence, num_workers: int) -> dict:
+        grouped = [r for r in rounds if "group" in r.info]
+        if not grouped:
+            return {}
+        stale = [r.info.get("staleness", 0) for r in grouped]
+        return {"groups_formed": len({tuple(r.info["group"]) for r in grouped}),
+                "group_mean_staleness": sum(stale) / len(stale),
+                "group_max_staleness": max(stale)}
+
+
+class FixedGroups(_Figures):
+    """Groups given by the user, never re-formed."""
+
+    def __init__(self, groups: Sequence[Sequence[int]]):
+        self.fixed = normalize_groups(groups)
+
+    def groups(self, ctx: GroupContext) -> Groups | None:
+        if ctx.current is None:
+            return normalize_groups(self.fixed, ctx.num_workers or None)
+        return None
+
+    def __repr__(self):
+        return f"FixedGroups({[list(g) for g in self.fixed]})"
+
+
+class SpeedGroups(_Figures):
+    """``k`` groups of workers of similar speed, re-formed when speeds change.
+
+    Speeds are the smoothed task times of the monitor (the one estimator,
+    :func:`~tf_hetero.policies.estimate.smoothed_time`). The split is the optimal 1-D k-means
+    of the log task times (groups are contiguous in sorted order; dynamic programming, exact),
+    so a 4x straggler ends up apart from 1x workers. Until every worker has ``warmup`` measured
+    tasks the workers are grouped by index (0..N-1 cut into ``k`` runs). After that the
+    policy proposes a new split at most every ``every`` applied rounds, and only if it
+    differs from the current one and cuts the workers' idle time at their groups' barriers
+    (:meth:`idle_fraction`) by at least ``min_gain`` (a fraction of all worker time):
+    regrouping makes every group finish its round first (the engine regroups only with no
+    round open or applying), so it should not flap.
+    """
+
+    def __init__(self, k: int, every: int = 10, min_gain: float = 0.1, warmup: int = 2,
+                 alpha: float = DEFAULT_ALPHA):
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"groups={k!r}: need an integer >= 1 (or a list of groups).")
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"regroup_every={every!r}: need rounds >= 1.")
+        self.k, self.every, self.min_gain, self.warmup, self.alpha = k, every, min_gain, warmup, alpha
+        self._last = -math.inf  # rounds applied at the last proposal
+
+    def groups(self, ctx: GroupContext) -> Groups | None:
+        n = ctx.num_workers or len(ctx.live)
+        if self.k > n:
+            raise ValueError(f"groups={self.k} with {n} workers: need at most one group per "
+                             "worker.")
+        if ctx.current is None:
+            return self.by_index(n)
+        if ctx.rounds_applied - self._last < self.every or ctx.monitor is None:
+            return None
+        times = {}
+        for w in range(n):
+            history = ctx.monitor.durations(w)
+            if len(history) < self.warmup:
+                return None
+            times[w] = smoothed_time(history, self.alpha)
+        self._last = ctx.rounds_applied
+        proposal = self.split(times)
+        if proposal == ctx.current:
+            return None
+        gain = self.idle_fraction(times, ctx.current) - self.idle_fraction(times, proposal)
+        return proposal if gain >= self.min_gain else None
+
+    def by_index(self, n: int) -> Groups:
+        """Workers 0..n-1 cut into ``k`` runs of consecutive indices (nothing measured yet)."""
+        bounds = [round(i * n / self.k) for i in range(self.k + 1)]
+        return tuple(tuple(range(bounds[i], bounds[i + 1])) for i in range(self.k))
+
+    @staticmethod
+    def idle_fraction(times: Mapping[int, float], groups: Groups) -> float:
+        """The share of the workers' time spent waiting at their group's barrier when each
+        group's round lasts as long as its slowest member's task.
+
+        >>> SpeedGroups.idle_fraction({0: 1.0, 1: 4.0}, ((0, 1),))
+        0.375
+        """
+        idle = sum(1.0 - times[w] / max(times[v] for v in g) for g in groups for w in g)
+        return idle / sum(len(g) for g in groups)
+
+    def split(self, times: Mapping[int, float]) -> Groups:
+        """The optimal split of the workers into ``k`` groups by log task time."""
+        order = sorted(times, key=lambda w: (times[w], w))
+        x = [math.log(times[w]) for w in order]
+        n, k = len(x), min(self.k, len(x))
+
+        def sse(i, j):  # cost of x[i:j] as one group
+            seg = x[i:j]
+            m = sum(seg) / len(seg)
+            return sum((v - m) ** 2 for v in seg)
+
+        best = [[math.inf] * (n + 1) for _ in range(k + 1)]
+        cut = [[0] * (n + 1) for _ in range(k + 1)]
+        best[0][0] = 0.0
+        for g in range(1, k + 1):
+            for j in range(g, n + 1):
+                for i in range(g - 1, j):
+                    c = best[g - 1][i] + sse(i, j)
+                    if c < best[g][j] - 1e-12:
+                        best[g][j], cut[g][j] = c, i
+        groups, j = [], n
+        for g in range(k, 0, -1):
+            i = cut[g][j]
+            groups.append(order[i:j])
+            j = i
+        return normalize_groups(groups)
+
+    def __repr__(self):
+        return f"SpeedGroups(k={self.k}, every={self.every}, min_gain={self.min_gain})"
