@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench-emulation clean
+.PHONY: demo test test-fast bench-emulation wheel clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,8 +14,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
+# Stock PSS and the tf-hetero strategies on one heterogeneous local cluster: one table, one
+# figure (runs/demo/compare.png). `tf-hetero demo --strategy hps` shows one strategy in detail.
 demo: $(STAMP)
 	$(BIN)/tf-hetero demo
+
+# dist/tf_hetero-VERSION-py3-none-any.whl: upload it to Colab (the notebooks install it) or
+# copy it next to examples/k8s/Dockerfile.
+wheel: $(STAMP)
+	@mkdir -p dist
+	@$(BIN)/python -m pip wheel --no-deps --wheel-dir dist . > dist/wheel.log 2>&1 \
+		|| { cat dist/wheel.log; exit 1; }
+	@ls dist/tf_hetero-*.whl
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -27,4 +37,4 @@ bench-emulation: $(STAMP)
 	$(BIN)/python benchmarks/emulation.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache dist

@@ -1,5 +1,6 @@
 """`tf-hetero demo` on its default cluster shape (4 workers, 2 PS, worker 3 4x slower,
-separate processes), with a short training run."""
+separate processes), with short training runs: the comparison (`make demo`) and one strategy
+in detail (`--strategy`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    proc = cli("demo", "--epochs", "2", "--steps-per-epoch", "40", "--out-dir", str(out), env=env)
+    proc = cli("demo", "--strategy", "pss", "--epochs", "2", "--steps-per-epoch", "40",
+               "--out-dir", str(out), env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout, out, json.loads((out / "demo.json").read_text())
 
@@ -44,3 +46,57 @@ def test_demo_writes_png_json_and_markdown(demo):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "| worker |" in (out / "demo.md").read_text()
     assert 0 < result["efficiency"] <= 1.2 and 0 <= result["accuracy"] <= 1
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory):
+    """`tf-hetero demo` as `make demo` runs it (two strategies, a small budget), with neither
+    TF_CPP_MIN_LOG_LEVEL nor TF_HETERO_TF_LOGS set, as on a user's machine."""
+    import os
+
+    out = tmp_path_factory.mktemp("compare")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_HETERO_TF_LOGS", "TF_CONFIG")}
+    proc = cli("demo", "--strategies", "pss,hps", "--tasks", "80", "--steps-per-epoch", "40",
+               "--out-dir", str(out), env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc, out, json.loads((out / "compare.json").read_text())
+
+
+def test_comparison_prints_one_table_relative_to_stock_pss(comparison):
+    proc, _, _ = comparison
+    tables = [line for line in proc.stdout.splitlines() if line.startswith("| strategy |")]
+    assert len(tables) == 1, tables
+    for column in ("time to 0.9 s", "samples/s", "efficiency", "final accuracy",
+                   "bytes/sample to+from PS"):
+        assert column in tables[0]
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines()
+            if line.startswith(("| pss ", "| hps "))}
+    assert set(rows) == {"pss", "hps"}
+    assert rows["pss"].count("(1.00x)") >= 3  # the reference row, relative to itself
+    assert "Soonest to 0.9:" in proc.stdout
+    assert "[tf-hetero demo] 2/2:" in proc.stdout  # progress while it runs
+
+
+def test_comparison_uses_the_bench_rule_and_budget_for_every_row(comparison):
+    _, _, result = comparison
+    rows = {r["strategy"]: r for r in result["results"]}
+    assert rows["pss"]["learning_rate"] == pytest.approx(0.02)
+    assert rows["hps"]["learning_rate"] == pytest.approx(0.02 * 4)  # x micro-batches per update
+    assert sum(rows["pss"]["samples_per_worker"]) == sum(rows["hps"]["samples_per_worker"]) == 80 * 32
+
+
+def test_comparison_writes_one_figure(comparison):
+    proc, out, _ = comparison
+    png = (out / "compare.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "| strategy |" in (out / "compare.md").read_text()
+
+
+def test_comparison_output_has_no_tensorflow_log_lines(comparison):
+    from tf_hetero.tflogs import TF_LOG_LINE
+
+    proc, _, _ = comparison
+    noise = [line for line in (proc.stdout + proc.stderr).splitlines() if TF_LOG_LINE.search(line)]
+    assert not noise, noise[:5]
+    assert not proc.stderr.strip(), proc.stderr[-2000:]

@@ -17,11 +17,15 @@ PURE = [
     "tf_hetero.engine.folding",
     "tf_hetero.policies", "tf_hetero.policies.sync", "tf_hetero.policies.assign",
     "tf_hetero.policies.gate", "tf_hetero.policies.late", "tf_hetero.policies.transfer",
-    "tf_hetero.policies.estimate",
+    "tf_hetero.policies.estimate", "tf_hetero.policies.group", "tf_hetero.policies.scale",
     "tf_hetero.telemetry.records", "tf_hetero.telemetry.monitor", "tf_hetero.telemetry.perf",
     "tf_hetero.telemetry.tasklog",
     "tf_hetero.cluster.tf_config", "tf_hetero.emulation.profile",
     "tf_hetero.strategies.registry", "tf_hetero.strategies.runtime.tags",
+    "tf_hetero.strategies.config", "tf_hetero.tools.tfjob", "tf_hetero.tflogs",
+    "tf_hetero.sim", "tf_hetero.sim.events", "tf_hetero.sim.costs", "tf_hetero.sim.learner",
+    "tf_hetero.sim.dispatcher", "tf_hetero.sim.run", "tf_hetero.sim.calibrate",
+    "tf_hetero.sim.validate", "tf_hetero.sim.sweep", "tf_hetero.tools.sim",
     "tf_hetero.tools.scenarios",
 ]
 #: Modules whose examples need TensorFlow (imported, no cluster).

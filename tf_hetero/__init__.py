@@ -8,13 +8,16 @@ modules work without importing TensorFlow):
 - heterogeneity emulation (:mod:`tf_hetero.emulation`): :class:`Profile`, :func:`emulate`
 - strategies (:mod:`tf_hetero.strategies`): :class:`HeteroStrategy` and the named strategies
   :class:`ASPStrategy`, :class:`BSPStrategy`, :class:`BackupWorkerStrategy`,
-  :class:`SSPStrategy`, :class:`EPSPStrategy` (Falcon), :class:`HPSStrategy` (H-PS)
+  :class:`SSPStrategy`, :class:`EPSPStrategy` (Falcon), :class:`HPSStrategy` (H-PS),
+  :class:`GroupedSyncStrategy` (grouped hybrid sync), :class:`DynSGDStrategy`
 - measurement (:mod:`tf_hetero.telemetry`) and Keras callbacks (:mod:`tf_hetero.callbacks`):
   :class:`Monitor`, :class:`TaskLog`, :class:`MonitorLogs`, :class:`Progress`
 - the pure layers: :mod:`tf_hetero.engine` (round engine and its contracts),
   :mod:`tf_hetero.policies`
 - subpackages: :mod:`tf_hetero.models`, :mod:`tf_hetero.data`; commands live in
   :mod:`tf_hetero.tools` (not part of the library API)
+- TensorFlow's C++ log lines are kept out of the output once ``tf_hetero`` is imported (import
+  it before TensorFlow), unless ``TF_HETERO_TF_LOGS=1``: :mod:`tf_hetero.tflogs`
 
 >>> import tf_hetero
 >>> tf_hetero.Profile.parse("slow=1:4").constant_slowdowns(2)
@@ -24,6 +27,11 @@ modules work without importing TensorFlow):
 from __future__ import annotations
 
 import importlib
+
+from tf_hetero import tflogs as _tflogs
+
+# Before TensorFlow is imported: no TensorFlow C++ log lines unless TF_HETERO_TF_LOGS=1.
+_tflogs.quiet()
 
 __version__ = "0.1.0"
 
@@ -52,11 +60,13 @@ _EXPORTS = {
     "SSPStrategy": "tf_hetero.strategies",
     "EPSPStrategy": "tf_hetero.strategies",
     "HPSStrategy": "tf_hetero.strategies",
+    "GroupedSyncStrategy": "tf_hetero.strategies",
+    "DynSGDStrategy": "tf_hetero.strategies",
     "ParameterServerError": "tf_hetero.strategies",
     "DivergenceError": "tf_hetero.policies.diverge",
 }
 _SUBPACKAGES = ("models", "strategies", "data", "engine", "policies", "telemetry", "cluster",
-                "emulation", "callbacks")
+                "emulation", "callbacks", "tflogs")
 
 __all__ = sorted(_EXPORTS) + list(_SUBPACKAGES) + ["__version__"]
 

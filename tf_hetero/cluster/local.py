@@ -28,6 +28,7 @@ import tempfile
 import time
 from typing import Mapping, Sequence
 
+from tf_hetero import tflogs
 from tf_hetero.emulation.profile import PROFILE_ENV, Profile
 from tf_hetero.cluster.tf_config import make_tf_config, validate_cluster
 
@@ -175,8 +176,9 @@ class LocalCluster:
         return make_tf_config(self.cluster_spec, role, index)
 
     def chief_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Environment for a chief training program: ``TF_CONFIG`` and the profile."""
-        env = dict(os.environ if base is None else base)
+        """Environment for a chief training program: ``TF_CONFIG``, the profile, and quiet
+        TensorFlow logs unless wanted (:func:`tf_hetero.tflogs.child_env`)."""
+        env = tflogs.child_env(dict(os.environ if base is None else base))
         env["TF_CONFIG"] = self.tf_config("chief", 0)
         env[PROFILE_ENV] = self.profile.spec()
         return env
@@ -219,9 +221,8 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- internals
     def _spawn(self, role: str, index: int) -> None:
-        env = dict(os.environ)
+        env = tflogs.child_env(dict(os.environ))  # quiet unless TF_HETERO_TF_LOGS=1
         env["TF_CONFIG"] = self.tf_config(role, index)
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         # Make the package importable in the child even when it is used from a source tree.
         pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root, env.get("PYTHONPATH")]))

@@ -3,8 +3,10 @@
     tf-hetero launch [-- PROGRAM ARGS...]     serve this process's TF_CONFIG role
     tf-hetero run --workers N --ps M [--profile SPEC] -- PROGRAM ARGS...
                                               a whole local cluster, PROGRAM as chief
-    tf-hetero demo [--workers 4 --ps 2 --profile slow=3:4 ...]
+    tf-hetero demo [--strategies pss,hps,epsp,bsp | --strategy X] [--profile slow=3:4 ...]
+    tf-hetero tfconfig --name JOB --workers N --ps M [--namespace NS --port 2222 --json]
     tf-hetero bench --strategies pss,bsp,backup,ssp --workers 4 --ps 2 --profile slow=3:4
+    tf-hetero sim --strategies bsp,epsp --workers 4,16,64,256,1000   (simulated; docs/SIMULATOR.md)
 
 ``launch``: as worker/ps, start the server and block until SIGTERM/SIGINT (exit 0); as chief,
 replace this process with PROGRAM; as evaluator, say it is not used and exit 0. TF_CONFIG is
@@ -14,6 +16,9 @@ validated first; a bad one exits 2 with a one-line error.
 then PROGRAM with the chief's TF_CONFIG and ``TF_HETERO_PROFILE``. When PROGRAM exits, fails,
 or ``run`` gets Ctrl-C/SIGTERM, every process it started is stopped; its exit code is
 PROGRAM's (130 after Ctrl-C).
+
+TensorFlow's C++ log lines are kept out of every command's output (and out of the processes
+they start); ``--tf-logs`` or ``TF_HETERO_TF_LOGS=1`` shows them (:mod:`tf_hetero.tflogs`).
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ def cmd_launch(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from tf_hetero import tflogs
     from tf_hetero.cluster.local import LocalCluster, die_with_parent
 
     cmd = _command(args)
@@ -88,7 +94,7 @@ def cmd_run(args) -> int:
     except ValueError as e:
         raise _UsageError(str(e)) from None
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    program = None
+    program = relay = None
     try:
         print(f"tf-hetero run: starting {args.workers} workers and {args.ps} PS on 127.0.0.1",
               flush=True)
@@ -99,9 +105,12 @@ def cmd_run(args) -> int:
               f"{' '.join(cmd)}", flush=True)
         try:
             program = subprocess.Popen(cmd, env=cluster.chief_env(), start_new_session=True,
-                                       preexec_fn=die_with_parent)
+                                       preexec_fn=die_with_parent,
+                                       stderr=None if tflogs.wanted() else subprocess.PIPE)
         except FileNotFoundError:
             raise _UsageError(f"training program {cmd[0]!r} not found.") from None
+        # Its stderr without TensorFlow's INFO/WARNING lines, whatever it imports first.
+        relay = tflogs.relay(program.stderr, sys.stderr) if program.stderr else None
         forwarded_at = None
         while program.poll() is None:
             if interrupted and forwarded_at is None:
@@ -116,6 +125,8 @@ def cmd_run(args) -> int:
     finally:
         if program is not None:
             _stop_group(program)
+            if relay is not None:
+                relay.join(timeout=PROGRAM_GRACE_S)  # its last lines
         cluster.stop()
         for s, handler in old.items():
             signal.signal(s, handler)
@@ -142,18 +153,40 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 def cmd_demo(args) -> int:
-    from tf_hetero.tools.demo import DemoConfig, run_demo
+    from tf_hetero.tools.demo import DemoConfig, compare_config, run_comparison, run_demo
 
     try:
-        cfg = DemoConfig(workers=args.workers, ps=args.ps, profile=args.profile,
-                         model=args.model, epochs=args.epochs,
-                         steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
-                         out_dir=args.out_dir, processes=not args.in_process,
-                         strategy=args.strategy)
+        if args.strategy:  # one strategy in detail
+            cfg = DemoConfig(workers=args.workers, ps=args.ps, profile=args.profile,
+                             model=args.model, epochs=args.epochs,
+                             steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
+                             out_dir=args.out_dir, processes=not args.in_process,
+                             strategy=args.strategy)
+        else:  # the strategies side by side, on the benchmark's settings
+            cfg = compare_config(args.strategies.split(","), workers=args.workers, ps=args.ps,
+                                 profile=args.profile, model=args.model, tasks=args.tasks,
+                                 steps_per_epoch=args.steps_per_epoch,
+                                 batch_size=args.batch_size, out_dir=args.out_dir)
     except ValueError as e:
         raise _UsageError(str(e)) from None
-    run_demo(cfg)
+    (run_demo if args.strategy else run_comparison)(cfg)
     _exit_without_tf_teardown(0)
+
+
+def cmd_tfconfig(args) -> int:
+    import json
+
+    from tf_hetero.tools.tfjob import format_tf_configs, tfjob_tf_configs
+
+    try:
+        configs = tfjob_tf_configs(args.name, args.namespace, chief=args.chief,
+                                   workers=args.workers, ps=args.ps, evaluator=args.evaluator,
+                                   port=args.port, cluster_domain=args.cluster_domain)
+    except ValueError as e:  # TFConfigError too
+        raise _UsageError(str(e)) from None
+    print(json.dumps(configs, indent=1) if args.json
+          else format_tf_configs(configs, args.name, args.namespace))
+    return 0
 
 
 #: ``--lr-grid``: learning rates tried per strategy, as factors of the linear rule.
@@ -182,13 +215,23 @@ def cmd_bench(args) -> int:
     except ValueError as e:
         raise _UsageError(str(e)) from None
     if args.scenario:
-        run_scenarios(scenarios, os.path.join(args.out_dir, "scenarios"),
-                      strategies=strategies, repeats=args.repeats,
-                      lr_factors=LR_GRID if args.lr_grid else (1.0,),
-                      warmup_updates=args.warmup_updates)
+        _, failed = run_scenarios(scenarios, os.path.join(args.out_dir, "scenarios"),
+                                  strategies=strategies, repeats=args.repeats,
+                                  lr_factors=LR_GRID if args.lr_grid else (1.0,),
+                                  warmup_updates=args.warmup_updates)
     else:
-        run_bench(cfg)
-    _exit_without_tf_teardown(0)
+        failed = {}
+        run_bench(cfg, failed)
+    _exit_without_tf_teardown(1 if failed else 0)
+
+
+def cmd_sim(args) -> int:
+    from tf_hetero.tools.sim import main as sim_main
+
+    try:
+        return sim_main(args)
+    except ValueError as e:  # a bad option, calibration file or strategy: one line, exit 2
+        raise _UsageError(str(e)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -198,13 +241,21 @@ def _parser() -> argparse.ArgumentParser:
     strategy_help = ("a registered name, a number after it sets its [argument]: "
                      + registry.help_text())
     p = argparse.ArgumentParser(prog="tf-hetero", description=__doc__.split("\n\n")[0])
+    tf_logs_help = ("show TensorFlow's C++ log lines (here and in the processes started); "
+                    "same as TF_HETERO_TF_LOGS=1")
+    p.add_argument("--tf-logs", action="store_true", help=tf_logs_help)
+    common = argparse.ArgumentParser(add_help=False)  # also accepted after the command
+    common.add_argument("--tf-logs", action="store_true", default=argparse.SUPPRESS,
+                        help=tf_logs_help)
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    launch = sub.add_parser("launch", help="serve this process's TF_CONFIG role")
+    launch = sub.add_parser("launch", help="serve this process's TF_CONFIG role",
+                            parents=[common])
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS (chief)")
     launch.set_defaults(fn=cmd_launch)
 
-    run = sub.add_parser("run", help="run PROGRAM as chief of a local multi-process cluster")
+    run = sub.add_parser("run", help="run PROGRAM as chief of a local multi-process cluster",
+                         parents=[common])
     run.add_argument("--workers", type=int, default=2)
     run.add_argument("--ps", type=int, default=1)
     run.add_argument("--profile", default=None,
@@ -215,22 +266,45 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
     run.set_defaults(fn=cmd_run)
 
-    demo = sub.add_parser("demo", help="heterogeneous local cluster demo with model.fit")
+    demo = sub.add_parser("demo", help="stock PSS and tf-hetero strategies on one heterogeneous "
+                                       "local cluster: one table, one figure", parents=[common])
     demo.add_argument("--workers", type=int, default=4)
     demo.add_argument("--ps", type=int, default=2)
     demo.add_argument("--profile", default="slow=3:4")
-    demo.add_argument("--strategy", default="pss",
-                      help=strategy_help)
+    demo.add_argument("--strategies", default="pss,hps,epsp,bsp",
+                      help="the strategies compared (pss is always run); the benchmark's data, "
+                           "sample budget and learning-rate rule")
+    demo.add_argument("--strategy", default=None,
+                      help="show this one strategy in detail instead; " + strategy_help)
     demo.add_argument("--model", default="mlp", choices=sorted(models.MODELS))
-    demo.add_argument("--epochs", type=int, default=4)
+    demo.add_argument("--tasks", type=int, default=400,
+                      help="comparison: sample budget in micro-batches")
+    demo.add_argument("--epochs", type=int, default=4, help="--strategy: epochs")
     demo.add_argument("--steps-per-epoch", type=int, default=100)
     demo.add_argument("--batch-size", type=int, default=32)
     demo.add_argument("--out-dir", default="runs/demo")
     demo.add_argument("--in-process", action="store_true",
-                      help="servers inside this process instead of separate processes")
+                      help="--strategy: servers inside this process instead of separate "
+                           "processes")
     demo.set_defaults(fn=cmd_demo)
 
-    bench = sub.add_parser("bench", help="strategies side by side on one local cluster")
+    tfconfig = sub.add_parser("tfconfig", help="the TF_CONFIG each replica of a Kubeflow TFJob "
+                                               "gets, checked (examples/k8s)", parents=[common])
+    tfconfig.add_argument("--name", required=True, help="the TFJob's metadata.name")
+    tfconfig.add_argument("--namespace", default="default")
+    tfconfig.add_argument("--chief", type=int, default=1, help="Chief replicas")
+    tfconfig.add_argument("--workers", type=int, required=True, help="Worker replicas")
+    tfconfig.add_argument("--ps", type=int, required=True, help="PS replicas")
+    tfconfig.add_argument("--evaluator", type=int, default=0, help="Evaluator replicas")
+    tfconfig.add_argument("--port", type=int, default=2222,
+                          help="the container port named tfjob-port")
+    tfconfig.add_argument("--cluster-domain", default="",
+                          help="the operator's CUSTOM_CLUSTER_DOMAIN, if set")
+    tfconfig.add_argument("--json", action="store_true", help="{pod: TF_CONFIG} as JSON")
+    tfconfig.set_defaults(fn=cmd_tfconfig)
+
+    bench = sub.add_parser("bench", help="strategies side by side on one local cluster",
+                           parents=[common])
     bench.add_argument("--strategies", default="pss,asp,bsp,backup,ssp",
                        help="comma-separated (pss is always run); " + strategy_help)
     bench.add_argument("--workers", type=int, default=4)
@@ -266,14 +340,27 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--out-dir", default="runs/bench")
     bench.add_argument("--json", default=None, help="JSON path (.md and .png written beside it)")
     bench.set_defaults(fn=cmd_bench)
+
+    from tf_hetero.tools import sim as sim_command  # pure: no TensorFlow
+
+    sim = sub.add_parser("sim", help="the bench on a simulated cluster (no TensorFlow); "
+                                     "calibration; sweeps to 1000 workers")
+    sim_command.add_arguments(sim)
+    sim.set_defaults(fn=cmd_sim)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tf_hetero import tflogs
+
     args = _parser().parse_args(argv)
-    # TensorFlow's C++ INFO/WARNING lines (CUDA probing, oneDNN notes) drown the output of a
-    # CPU cluster; errors still show. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's C++ log lines (CUDA probing, oneDNN notes) drown the output of a CPU
+    # cluster: quiet here and in every process started from here (import tf_hetero did it),
+    # unless --tf-logs / TF_HETERO_TF_LOGS=1. Errors still show.
+    if getattr(args, "tf_logs", False):
+        tflogs.show()
+    else:
+        tflogs.quiet()
     from tf_hetero.emulation.profile import ProfileError
     from tf_hetero.cluster.tf_config import TFConfigError
 

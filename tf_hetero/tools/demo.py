@@ -1,10 +1,20 @@
-"""``tf-hetero demo``: one heterogeneous local cluster, ``model.fit``, and what happened.
+"""``tf-hetero demo``: stock PSS and tf-hetero strategies on one heterogeneous local cluster.
 
-Starts a multi-process :class:`~tf_hetero.cluster.LocalCluster` (4 workers, 2 PS, worker 3
-four times slower by default), trains a reference model on the offline digits data with
-``model.fit`` under the chosen strategy, and prints per-worker task counts and times (with the
-measured slowdown ratio next to the configured one), samples/s, cluster efficiency and test
-accuracy. Writes ``demo.png`` (task timeline, tasks per worker) and ``demo.json``.
+``make demo`` (``tf-hetero demo``) starts one multi-process
+:class:`~tf_hetero.cluster.LocalCluster` (4 workers, 2 PS, worker 3 four times slower by
+default) and trains the same model on the same data, with the same sample budget and the same
+learning-rate rule, under stock ``tf.distribute.ParameterServerStrategy`` and the tf-hetero
+strategies in :data:`COMPARE_STRATEGIES`, one after the other, with the benchmark's
+machinery (:mod:`tf_hetero.tools.bench`: its defaults, its clock, its measured bytes). It
+prints one table, every figure relative to stock PSS (:func:`compare_table`), and writes one
+figure: accuracy vs wall time per strategy and each strategy's per-worker task timeline,
+whose gaps are where a worker waited (``compare.png``, with ``compare.json`` and
+``compare.md``).
+
+``tf-hetero demo --strategy X`` shows one strategy in detail instead (:func:`run_demo`):
+per-worker task counts and times (measured slowdown next to the configured one), samples/s,
+cluster efficiency and test accuracy, ``demo.png`` (task timeline, tasks per worker) and
+``demo.json``.
 
 >>> from tf_hetero.tools.demo import DemoConfig, run_demo                   # doctest: +SKIP
 >>> result = run_demo(DemoConfig(epochs=1, steps_per_epoch=20))
@@ -13,8 +23,10 @@ accuracy. Writes ``demo.png`` (task timeline, tasks per worker) and ``demo.json`
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
+import random
 import time
 
 import numpy as np
@@ -23,7 +35,12 @@ from tf_hetero.telemetry import perf as metrics
 from tf_hetero.emulation.profile import Profile
 from tf_hetero.telemetry.tasklog import TaskLog, measured_ratios
 
-__all__ = ["DemoConfig", "DemoResult", "run_demo", "train", "measure", "format_report", "plot"]
+__all__ = ["DemoConfig", "DemoResult", "run_demo", "train", "measure", "format_report", "plot",
+           "COMPARE_STRATEGIES", "compare_config", "run_comparison", "compare_table"]
+
+#: The rows of ``make demo``: stock PSS (the reference), the two tf-hetero strategies that
+#: reach the target soonest in the scenario suite (benchmarks/results/), and plain BSP.
+COMPARE_STRATEGIES = ("pss", "hps", "epsp", "bsp")
 
 
 
@@ -222,3 +239,142 @@ def run_demo(cfg: DemoConfig | None = None) -> DemoResult:
         f.write(report + "\n")
     print(f"[tf-hetero] wrote {png}, demo.json and demo.md in {cfg.out_dir}", flush=True)
     return result
+
+
+# --------------------------------------------------------------------- the comparison
+
+
+def compare_config(strategies=COMPARE_STRATEGIES, **settings):
+    """The benchmark's configuration (:class:`~tf_hetero.tools.bench.BenchConfig`: its
+    defaults, so its data, sample budget and learning-rate rule) for the demo's rows;
+    ``settings`` override BenchConfig fields (``out_dir`` defaults to ``runs/demo``)."""
+    from tf_hetero.tools.bench import BenchConfig
+
+    settings.setdefault("out_dir", "runs/demo")
+    return BenchConfig(strategies=tuple(strategies), **settings)
+
+
+def _ratio(value, reference, invert: bool = False) -> str:
+    if value is None or not reference:
+        return ""
+    if invert:  # times: the reference's seconds over the row's (> 1: sooner than PSS)
+        return f"{reference / value:.2f}x" if value else ""
+    return f"{value / reference:.2f}x"
+
+
+def _idle_percent(row: dict) -> float:
+    """Mean share of the row's span in which a worker ran no task (it waited)."""
+    span = row["span_s"]
+    busy: dict[int, float] = {}
+    for worker, start, end, _ in row["timeline"]:
+        busy[worker] = busy.get(worker, 0.0) + (end - start)
+    workers = len(row["tasks_per_worker"])
+    return 100.0 * sum(max(0.0, 1 - busy.get(w, 0.0) / span) for w in range(workers)) / workers
+
+
+def _bytes_per_sample(row: dict):
+    to_ps, from_ps = row.get("bytes_to_ps_per_sample"), row.get("bytes_from_ps_per_sample")
+    return None if to_ps is None or from_ps is None else to_ps + from_ps
+
+
+def compare_table(results: list[dict], cfg) -> str:
+    """One Markdown table, each figure next to its ratio to stock PSS (the ``pss`` row), and
+    the lines saying where each strategy comes out ahead, from the same numbers."""
+    ref = next(r for r in results if r["strategy"] == "pss")
+    ref_bytes = _bytes_per_sample(ref)
+    lines = [f"profile `{cfg.profile}`, {cfg.workers} workers / {cfg.ps} PS, model {cfg.model}, "
+             f"data {cfg.dataset}, {cfg.tasks} micro-batches x {cfg.batch_size} samples for "
+             f"every strategy, SGD lr {cfg.base_lr:g} x micro-batches per update, momentum "
+             f"{cfg.momentum:g}; time from fit() to accuracy {cfg.target_accuracy} on held-out "
+             "data. In brackets: relative to stock PSS (time: PSS's seconds / the row's, > 1 is "
+             "sooner; others: the row's / PSS's).", "",
+             f"| strategy | time to {cfg.target_accuracy} s | samples/s | efficiency | "
+             "final accuracy | bytes/sample to+from PS | updates | workers idle |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        t = r["time_to_target_s"]
+        acc_delta = 100 * (r["final_accuracy"] - ref["final_accuracy"])
+        b = _bytes_per_sample(r)
+        lines.append(
+            f"| {r['strategy']}{' (diverged)' if r.get('diverged') else ''} | "
+            + (f"{t:.1f} ({_ratio(t, ref['time_to_target_s'], invert=True)})" if t is not None
+               else "not reached")
+            + f" | {r['samples_per_sec']:.0f} ({_ratio(r['samples_per_sec'], ref['samples_per_sec'])})"
+            f" | {r['efficiency']:.2f} ({_ratio(r['efficiency'], ref['efficiency'])})"
+            f" | {r['final_accuracy']:.3f} ({acc_delta:+.1f} pt)"
+            f" | {f'{b:.0f} ({_ratio(b, ref_bytes)})' if b is not None else 'not measured'}"
+            f" | {r['rounds']} | {_idle_percent(r):.0f}% |")
+    return "\n".join(lines + [""] + _verdict(results, cfg))
+
+
+def _verdict(results: list[dict], cfg) -> list[str]:
+    """Where each strategy comes out ahead, read off the table's own numbers."""
+    rows = [dict(r, total_bytes=_bytes_per_sample(r)) for r in results]
+
+    def best(key, pick=max, fmt="{:.0f}"):
+        candidates = [r for r in rows if r.get(key) is not None]
+        if not candidates:
+            return "none"
+        winner = pick(candidates, key=lambda r: r[key])
+        return f"{winner['strategy']} ({fmt.format(winner[key])})"
+
+    lines = [f"- Soonest to {cfg.target_accuracy}: {best('time_to_target_s', min, '{:.1f} s')}; "
+             f"most samples/s: {best('samples_per_sec')}; highest final accuracy: "
+             f"{best('final_accuracy', fmt='{:.3f}')}"
+             + f"; fewest bytes per sample: {best('total_bytes', min)}."]
+    rounds = [r["strategy"] for r in results if r["strategy"] in ("bsp", "hps", "epsp")]
+    if rounds:
+        lines.append(f"- Exact rounds: {', '.join(rounds)} apply one update per round, equal to "
+                     "one SGD step on the round's whole global batch (tested against large-batch "
+                     "SGD); stock PSS applies every micro-batch's gradient as it arrives, "
+                     "computed on weights the other workers' updates have changed since (stale).")
+    lines.append("- The figure's timelines show where each strategy waits: gaps are time a "
+                 "worker ran no task (`workers idle` above).")
+    return lines
+
+
+def run_comparison(cfg=None) -> list[dict]:
+    """Runs every strategy of ``cfg`` (a BenchConfig, default :func:`compare_config`) once on
+    one local cluster, in the benchmark's shuffled order, prints :func:`compare_table` and
+    writes ``compare.png``, ``compare.json`` and ``compare.md`` in ``cfg.out_dir``."""
+    from tf_hetero.cluster import LocalCluster
+    from tf_hetero.telemetry.traffic import TrafficMeter
+    from tf_hetero.tools import bench
+
+    cfg = cfg or compare_config()
+    profile = Profile.parse(cfg.profile)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    # The bench's first-repeat order: no strategy is always first on a fresh cluster.
+    order = list(cfg.strategies)
+    random.Random(cfg.seed).shuffle(order)
+    t_start = time.perf_counter()
+    print(f"[tf-hetero demo] {len(order)} strategies, one after the other, on one local cluster "
+          f"({cfg.workers} workers / {cfg.ps} PS, profile {profile.spec()}): {', '.join(order)}. "
+          f"Each trains {cfg.model} on {cfg.dataset} for {cfg.tasks} x {cfg.batch_size} samples.",
+          flush=True)
+    runs = []
+    with LocalCluster(cfg.workers, cfg.ps, profile=profile, processes=True) as cluster:
+        print(f"[tf-hetero demo] cluster up in {time.perf_counter() - t_start:.0f}s", flush=True)
+        meter = TrafficMeter.for_cluster(cluster)
+        for i, spec in enumerate(order, 1):
+            print(f"[tf-hetero demo] {i}/{len(order)}: {spec} "
+                  f"({time.perf_counter() - t_start:.0f}s elapsed)", flush=True)
+            gc.collect()  # the previous row's objects, outside the timed region (as the bench)
+            run = bench.run_strategy(spec, cluster, cfg, profile, 1.0, meter)
+            t = run["time_to_target_s"]
+            print(f"[tf-hetero demo] {spec}: accuracy {cfg.target_accuracy} "
+                  f"{f'after {t:.1f}s' if t is not None else 'not reached'}, final "
+                  f"{run['final_accuracy']:.3f}, {run['samples_per_sec']:.0f} samples/s",
+                  flush=True)
+            runs.append(run)
+    results = bench.summarize(runs, cfg.strategies, runs[0]["num_classes"])
+    table = compare_table(results, cfg)
+    print("\n" + table + "\n", flush=True)
+    png = bench.plot(results, cfg, os.path.join(cfg.out_dir, "compare.png"))
+    with open(os.path.join(cfg.out_dir, "compare.json"), "w") as f:
+        json.dump({"config": dataclasses.asdict(cfg), "results": results}, f, indent=1)
+    with open(os.path.join(cfg.out_dir, "compare.md"), "w") as f:
+        f.write(table + "\n")
+    print(f"[tf-hetero demo] wrote {png}, compare.json and compare.md in {cfg.out_dir} "
+          f"({time.perf_counter() - t_start:.0f}s in all)", flush=True)
+    return results
