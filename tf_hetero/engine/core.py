@@ -445,8 +445,7 @@ class RoundEngine:
 
         current = self.groups
         proposal = self.grouping.groups(GroupContext(
-            tuple(sorted(self._live)), current, sum(r.applied > 0 for r in self.rounds),
-            self.monitor, self.num_workers))
+            tuple(sorted(self._live)), current, self.version, self.monitor, self.num_workers))
         if proposal is not None:
             proposal = normalize_groups(proposal, self.num_workers)
             if proposal != current:
@@ -470,8 +469,9 @@ class RoundEngine:
     @property
     def groups(self) -> tuple:
         """The current books' workers, as sorted tuples (grouped sync: the groups)."""
-        return tuple(sorted((tuple(sorted(b.workers)) for b in self.books),
-                            key=lambda g: g[:1]))
+        from tf_hetero.policies.group import normalize_groups
+
+        return normalize_groups([b.workers for b in self.books])
 
     def _pump_async(self) -> None:
         for w in sorted(self._live, key=lambda w: self.clocks[w]):

@@ -30,7 +30,7 @@ Groups = tuple  # tuple of sorted tuples of worker indices, sorted by first work
 class GroupContext:
     """What a grouping policy may know when the engine asks (at the start, and after each
     applied round): the live workers, the current groups (``None`` at the start), rounds
-    applied so far, and the monitor (task-time history)."""
+    applied so far (the engine's update count), and the monitor (task-time history)."""
 
     live: tuple
     current: Groups | None
