@@ -195,6 +195,21 @@ def learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
     return WarmUp()
 
 
+def _end_row(strategy, model, task_logs) -> None:
+    """Nothing of a row may run beside the next one: its task logs, worker threads and engine
+    ticker stop here (docs/MEASUREMENT.md), whether its fit finished or raised."""
+    from tf_hetero.strategies.runtime.coordinator import shutdown
+
+    for log in {id(x): x for x in task_logs if x is not None}.values():
+        log.detach()
+    shutdown(strategy)
+    # Stopped, but kept referenced until the process exits: collecting a finished row's
+    # functions makes TF remove them from every server with blocking RPCs (measured: 60 s
+    # before an MNIST-1D row) and, once the cluster has stopped, log a "Failed to remove
+    # function remotely" error for each (252 lines at the end of a 3-row bench).
+    _FINISHED_ROWS.append((strategy, model))
+
+
 def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
                  lr_factor: float = 1.0, meter=None) -> dict:
     """Trains once under ``spec`` at ``lr_factor`` x the linear rule and measures it."""
@@ -251,12 +266,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         # Any other failure ends the row (run_bench reports it and goes on): stop what it
         # started so nothing of it runs beside the next row.
         sampler.stop()
-        for log in {id(x): x for x in (task_log, progress.task_log) if x is not None}.values():
-            log.detach()
-        from tf_hetero.strategies.runtime.coordinator import shutdown
-
-        shutdown(strategy)
-        _FINISHED_ROWS.append((strategy, model))
+        _end_row(strategy, model, (task_log, progress.task_log))
         raise
     fit_wall = time.perf_counter() - t0
     # fit() returns after the last apply: the row's traffic, read before anything else runs.
@@ -264,18 +274,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     sampler.stop()
     final = sampler.accuracy()
     sampler.samples.append((time.perf_counter() - t0, final))
-    # Nothing of this row may run beside the next one: its task logs, worker threads and
-    # engine ticker stop here (docs/MEASUREMENT.md).
-    for log in {id(x): x for x in (task_log, progress.task_log) if x is not None}.values():
-        log.detach()
-    from tf_hetero.strategies.runtime.coordinator import shutdown
-
-    shutdown(strategy)
-    # Stopped, but kept referenced until the process exits: collecting a finished row's
-    # functions makes TF remove them from every server with blocking RPCs (measured: 60 s
-    # before an MNIST-1D row) and, once the cluster has stopped, log a "Failed to remove
-    # function remotely" error for each (252 lines at the end of a 3-row bench).
-    _FINISHED_ROWS.append((strategy, model))
+    _end_row(strategy, model, (task_log, progress.task_log))
 
     records = _task_records(strategy, task_log)
     if sampler.failures:
