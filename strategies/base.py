@@ -22,6 +22,7 @@ from tensorflow.python.distribute import parameter_server_strategy_v2 as pssv2
 
 # The pure part (which policies and components a strategy uses) lives in config.py, shared
 # with the simulator; re-exported here, where it always was.
+from tf_hetero.cluster.reach import connect_timeout, wait_for_cluster
 from tf_hetero.strategies.config import EngineConfig, batch_sizes
 from tf_hetero.telemetry import Monitor
 
@@ -29,7 +30,35 @@ __all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "num_workers", "b
 
 
 class HeteroExtended(pssv2.ParameterServerStrategyV2Extended):
-    """The Extended of :class:`HeteroStrategy` (variable placement hooks live here)."""
+    """The Extended of :class:`HeteroStrategy` (variable placement hooks live here).
+
+    ``placement`` (a :class:`tf_hetero.placement.Placement`) chooses the PS task of every
+    variable that is not colocated with another, shards included; ``round_robin`` (the
+    default) is TensorFlow's rule. Glue: ``strategies/runtime/placement.py``.
+    """
+
+    placement = None
+
+    def set_placement(self, placement, monitor=None) -> None:
+        """Uses ``placement`` (a name or a Placement) for the variables created from now on."""
+        from tf_hetero.placement import make
+
+        self.placement = make(placement)
+        self.placement.bind(self._num_ps)
+        if getattr(self.placement, "model_fn", None) is not None:  # Balanced(model_fn=...)
+            from tf_hetero.strategies.runtime.placement import plan_from_model
+
+            plan_from_model(self.placement, self._variable_partitioner)
+        if monitor is not None:
+            monitor.placement = self.placement
+
+    def _create_variable_round_robin(self, next_creator, **kwargs):
+        if self.placement is None:
+            return super()._create_variable_round_robin(next_creator, **kwargs)
+        from tf_hetero.strategies.runtime.placement import create_variable
+
+        return create_variable(self, self.placement, super()._create_variable_round_robin,
+                               next_creator, kwargs)
 
 
 class HeteroStrategy(tf.distribute.ParameterServerStrategy):
@@ -39,14 +68,24 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
       cluster_resolver: as for ``tf.distribute.ParameterServerStrategy``.
       variable_partitioner: as for ``tf.distribute.ParameterServerStrategy``.
       config: an :class:`EngineConfig` (the named strategies build one).
+      connect_timeout_s: seconds to wait for every worker and PS task to answer before
+        giving up with an error naming the missing ones (default: the environment variable
+        ``TF_HETERO_CONNECT_TIMEOUT_S``, else 300; :func:`tf_hetero.wait_for_cluster`).
+      placement: which PS task holds each variable: ``"round_robin"`` (TensorFlow's rule, the
+        default), ``"balanced"`` (by bytes and PS service rate) or a
+        :class:`tf_hetero.placement.Placement`.
     """
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
-                 config: EngineConfig | None = None):
+                 config: EngineConfig | None = None, placement="round_robin",
+                 connect_timeout_s: float | None = None):
         config = config or EngineConfig("asp")
         if not isinstance(config, EngineConfig):
             raise TypeError(f"config must be an EngineConfig; received {config!r}.")
-        num_workers(cluster_resolver, type(self).__name__)  # a clear error before connecting
+        who = type(self).__name__
+        num_workers(cluster_resolver, who)  # a clear error before connecting
+        # TF's connect waits for ever, silently, for a task that is not up: bound it first.
+        wait_for_cluster(cluster_resolver, connect_timeout(connect_timeout_s, who), who)
         super().__init__(cluster_resolver, variable_partitioner)
         original = self._extended
         self._extended = HeteroExtended(self, cluster_resolver, variable_partitioner)
@@ -59,6 +98,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         self.dataset_batch = None  # sized tasks: the workers' dataset batch size, once seen
         workers = self._extended._num_workers  # pylint: disable=protected-access
         self.monitor = Monitor(workers)
+        self._extended.set_placement(placement, self.monitor)  # pylint: disable=protected-access
         for summary in config.summaries():
             self.monitor.add_summary(summary)
         # Install our coordinator before the first scope() so it sees every closure fit
@@ -109,6 +149,14 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         from tf_hetero.strategies.runtime.coordinator import shutdown
 
         shutdown(self)
+
+    @property
+    def groups(self) -> tuple:
+        """The current groups of workers with their own rounds (grouped sync: the groups;
+        CASP: the communities; one group of all workers otherwise; ``()`` without an
+        engine)."""
+        engine = self.engine
+        return engine.groups if engine is not None else ()
 
     @property
     def engine(self):

@@ -61,7 +61,8 @@ class EPSPStrategy(HeteroStrategy):
                  granularity: int = 8, straggler_factor: float = 1.5,
                  window: int = 8, probe_every: int = 8, transfer_factor: float | None = 1.5,
                  quorum: float = 0.75, deadline_factor: float = 2.0, late: str = "fold",
-                 max_staleness: int = 8, stall_timeout_s: float = 600.0):
+                 max_staleness: int = 8, stall_timeout_s: float = 600.0,
+                 placement="round_robin", connect_timeout_s: float | None = None):
         configs.check_epsp_modes(sync, late)  # before the cluster is asked, as always
         workers = num_workers(cluster_resolver, "EPSPStrategy")
         config = configs.epsp(
@@ -70,4 +71,5 @@ class EPSPStrategy(HeteroStrategy):
             straggler_factor=straggler_factor, window=window, probe_every=probe_every,
             transfer_factor=transfer_factor, quorum=quorum, deadline_factor=deadline_factor,
             late=late, max_staleness=max_staleness, stall_timeout_s=stall_timeout_s)
-        super().__init__(cluster_resolver, variable_partitioner, config=config)
+        super().__init__(cluster_resolver, variable_partitioner, config=config,
+                         placement=placement, connect_timeout_s=connect_timeout_s)

@@ -39,26 +39,24 @@ class GroupedSyncStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, groups=2,
                  regroup_every: int = 10, lr_rule: str = "linear", staleness: str = "none",
-                 stall_timeout_s: float = 600.0):
+                 stall_timeout_s: float = 600.0,
+                 placement="round_robin", connect_timeout_s: float | None = None):
         workers = num_workers(cluster_resolver, "GroupedSyncStrategy")
-        super().__init__(cluster_resolver, variable_partitioner,
+        super().__init__(cluster_resolver, variable_partitioner, placement=placement,
+                         connect_timeout_s=connect_timeout_s,
                          config=configs.grouped(workers, groups=groups,
                                                 regroup_every=regroup_every, lr_rule=lr_rule,
                                                 staleness=staleness,
                                                 stall_timeout_s=stall_timeout_s))
-
-    @property
-    def groups(self) -> tuple:
-        """The current groups (worker indices)."""
-        engine = self.engine
-        return engine.groups if engine is not None else ()
 
 
 class DynSGDStrategy(HeteroStrategy):
     """Asynchronous SGD with updates scaled by 1 / (1 + staleness) (DynSGD)."""
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
-                 stall_timeout_s: float = 600.0):
+                 stall_timeout_s: float = 600.0,
+                 placement="round_robin", connect_timeout_s: float | None = None):
         workers = num_workers(cluster_resolver, "DynSGDStrategy")
-        super().__init__(cluster_resolver, variable_partitioner,
+        super().__init__(cluster_resolver, variable_partitioner, placement=placement,
+                         connect_timeout_s=connect_timeout_s,
                          config=configs.dynsgd(workers, stall_timeout_s=stall_timeout_s))

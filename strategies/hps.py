@@ -61,7 +61,8 @@ class HPSStrategy(HeteroStrategy):
                  min_samples: int | None = None, memory_budget=None,
                  round_tasks: int | None = None, min_tasks: int = 1,
                  alpha: float = policies.estimate.DEFAULT_ALPHA, pipeline: bool = False,
-                 overlap: bool = False, quantize: str = "fp32", stall_timeout_s: float = 600.0):
+                 overlap: bool = False, quantize: str = "fp32", stall_timeout_s: float = 600.0,
+                 placement="round_robin", connect_timeout_s: float | None = None):
         workers = num_workers(cluster_resolver, "HPSStrategy")
         codec = quantize_module.get(quantize).name  # a clear error for a bad name, before connecting
         config = configs.hps(
@@ -69,4 +70,5 @@ class HPSStrategy(HeteroStrategy):
             granularity=granularity, min_samples=min_samples, memory_budget=memory_budget,
             round_tasks=round_tasks, min_tasks=min_tasks, alpha=alpha, pipeline=pipeline,
             overlap=overlap, stall_timeout_s=stall_timeout_s)
-        super().__init__(cluster_resolver, variable_partitioner, config=config)
+        super().__init__(cluster_resolver, variable_partitioner, config=config,
+                         placement=placement, connect_timeout_s=connect_timeout_s)

@@ -29,8 +29,10 @@ class ASPStrategy(HeteroStrategy):
     """Asynchronous parallel: every task applied at once (stock TF behaviour, monitored)."""
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
-                 stall_timeout_s: float = 600.0):
-        super().__init__(cluster_resolver, variable_partitioner,
+                 stall_timeout_s: float = 600.0,
+                 placement="round_robin", connect_timeout_s: float | None = None):
+        super().__init__(cluster_resolver, variable_partitioner, placement=placement,
+                         connect_timeout_s=connect_timeout_s,
                          config=configs.asp(stall_timeout_s=stall_timeout_s))
 
 
@@ -42,8 +44,10 @@ class BSPStrategy(HeteroStrategy):
     """Bulk synchronous parallel: one task per worker per round, the round waits for all."""
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
-                 stall_timeout_s: float = 600.0):
-        super().__init__(cluster_resolver, variable_partitioner,
+                 stall_timeout_s: float = 600.0,
+                 placement="round_robin", connect_timeout_s: float | None = None):
+        super().__init__(cluster_resolver, variable_partitioner, placement=placement,
+                         connect_timeout_s=connect_timeout_s,
                          config=configs.bsp(stall_timeout_s=stall_timeout_s))
 
 
@@ -51,9 +55,11 @@ class BackupWorkerStrategy(HeteroStrategy):
     """Synchronous with backup workers: apply the first N-``backups`` tasks of each round."""
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, backups: int = 1,
-                 stall_timeout_s: float = 600.0):
+                 stall_timeout_s: float = 600.0,
+                 placement="round_robin", connect_timeout_s: float | None = None):
         workers = num_workers(cluster_resolver, "BackupWorkerStrategy")
-        super().__init__(cluster_resolver, variable_partitioner,
+        super().__init__(cluster_resolver, variable_partitioner, placement=placement,
+                         connect_timeout_s=connect_timeout_s,
                          config=configs.backup(workers, backups, stall_timeout_s))
         self.backups = backups
 
@@ -62,8 +68,10 @@ class SSPStrategy(HeteroStrategy):
     """Stale synchronous parallel: async, no worker more than ``staleness`` tasks ahead."""
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, staleness: int = 3,
-                 stall_timeout_s: float = 600.0):
-        super().__init__(cluster_resolver, variable_partitioner,
+                 stall_timeout_s: float = 600.0,
+                 placement="round_robin", connect_timeout_s: float | None = None):
+        super().__init__(cluster_resolver, variable_partitioner, placement=placement,
+                         connect_timeout_s=connect_timeout_s,
                          config=configs.ssp(staleness=staleness,
                                             stall_timeout_s=stall_timeout_s))
         self.staleness = staleness

@@ -161,7 +161,7 @@ def test_parse_rejects_malformed_item(spec):
 def test_parse_rejects_unknown_key():
     with pytest.raises(ProfileError, match=r"^Unknown profile key 'speed' in 'speed=2'\. Known keys: "
                                            r"base_ms, slowdowns, slow, classes, straggle, change, "
-                                           r"seed, horizon, link\.$"):
+                                           r"seed, horizon, link, ps_mbps, ps_slow, ps_interfere\.$"):
         Profile.parse("slow=1:2;speed=2")
 
 

@@ -195,3 +195,145 @@ def test_shutdown_leaves_no_thread_of_a_finished_run(cluster):
                  lambda: tf.distribute.ParameterServerStrategy(cluster.resolver)):
         one_run(make)
     assert _settled_thread_count() <= first + 2
+
+
+@pytest.mark.parametrize("name,per_execution", [("bsp", 1), ("bsp", 2), ("hps", 1)])
+def test_a_fit_says_how_many_updates_it_makes_and_makes_that_many(cluster, name, per_execution,
+                                                                  capsys):
+    import tf_keras as keras
+
+    strategy = _strategy(name, cluster)
+    with strategy.scope():
+        model = small.model(1)
+        model.compile(keras.optimizers.SGD(0.1), small.loss(), steps_per_execution=per_execution)
+    steps = 4 * N * per_execution  # 4 full rounds
+    capsys.readouterr()
+    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(B)), epochs=2,
+              steps_per_epoch=steps // 2, verbose=0)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "this fit runs" in line]
+    assert len(lines) == 1, lines  # one line per fit, before its first step
+    assert f"runs {steps} steps as {4 * N} tasks and applies ~4 updates" in lines[0]
+    assert f"scale a one-batch rate by {N * per_execution}" in lines[0]
+    assert int(model.optimizer.iterations.numpy()) == 4
+
+
+def test_an_async_fit_prints_no_plan(cluster, capsys):
+    capsys.readouterr()
+    _fit(_strategy("ssp", cluster))
+    assert "this fit runs" not in capsys.readouterr().out
+
+
+def _direct_update_steps(strategy):
+    """Custom-loop steps that update the model without a tf_keras optimizer."""
+    import tensorflow as tf
+
+    with strategy.scope():
+        model = small.model(3)
+        v1 = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+
+    def gradients(batch):
+        features, labels = batch
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels, model(features)))
+        return tape.gradient(loss, model.trainable_variables)
+
+    @tf.function
+    def assign_sub(batch):
+        def replica_fn(b):
+            for g, v in zip(gradients(b), model.trainable_variables):
+                v.assign_sub(0.1 * g)
+        return strategy.run(replica_fn, args=(batch,))
+
+    @tf.function
+    def v1_optimizer(batch):
+        def replica_fn(b):
+            v1.apply_gradients(zip(gradients(b), model.trainable_variables))
+        return strategy.run(replica_fn, args=(batch,))
+
+    return model, {"assign_sub": assign_sub, "v1 optimizer": v1_optimizer}
+
+
+@pytest.mark.parametrize("name", ["bsp", "ssp", "hps"])
+@pytest.mark.parametrize("kind", ["assign_sub", "v1 optimizer"])
+def test_a_step_that_updates_variables_without_a_keras_optimizer_is_refused(cluster, name,
+                                                                            kind):
+    import tensorflow as tf
+
+    strategy = _strategy(name, cluster)
+    model, steps = _direct_update_steps(strategy)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    batch = next(iter(small.dataset_fn(B)(tf.distribute.InputContext())))
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(ValueError, match="updates trainable variables without a tf_keras "
+                                         "optimizer's apply_gradients") as e:
+        coordinator.schedule(steps[kind], args=(batch,))
+    assert "asynchronously" in str(e.value) and "Fix:" in str(e.value)
+    _in_thread(coordinator.join)
+    for got, want in zip(model.get_weights(), before):
+        np.testing.assert_array_equal(got, want)  # nothing ran
+
+
+def test_asp_runs_a_direct_update_as_stock_pss_does(cluster):
+    import tensorflow as tf
+
+    import tf_hetero
+
+    strategy = tf_hetero.ASPStrategy(cluster.resolver)
+    model, steps = _direct_update_steps(strategy)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    batch = next(iter(small.dataset_fn(B)(tf.distribute.InputContext())))
+    before = [w.copy() for w in model.get_weights()]
+    coordinator.schedule(steps["assign_sub"], args=(batch,))
+    _in_thread(coordinator.join)
+    assert any(np.abs(a - b).sum() > 0 for a, b in zip(model.get_weights(), before))
+
+
+def _threads(prefix):
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+@pytest.mark.parametrize("name", ["epspslack", "hps", "ssp"])
+def test_repeated_fits_leave_no_thread_running(cluster, name):
+    import tf_hetero.strategies.runtime.watchdog as watchdog
+
+    strategy = _strategy(name, cluster)
+    _fit(strategy)
+    after_first = _settled_thread_count()
+    for _ in range(4):
+        _fit(strategy)
+    assert _settled_thread_count() <= after_first  # 5 fits: no thread added per fit
+    # The engine ticker (EPSP's deadlines) ends once the engine is idle.
+    assert wait_for(lambda: not _threads("tf-hetero-engine-tick"),
+                    watchdog.TICKER_IDLE_EXIT_S + 5)
+
+
+def wait_for(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_progress_stops_printing_when_its_fit_raises(cluster):
+    import io
+
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = _strategy("bsp", cluster)
+    stream = io.StringIO()
+    with strategy.scope():
+        model = small.model(1)
+        model.compile(keras.optimizers.SGD(0.1), small.loss())
+    progress = tf_hetero.Progress(interval_s=0.2, stream=stream)
+    with pytest.raises(Exception, match="label value"):
+        model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(B, labels=50)),
+                  epochs=1, steps_per_epoch=2 * N, verbose=0, callbacks=[progress])
+    assert wait_for(lambda: not _threads("tf-hetero-progress"), 5)
+    printed = stream.getvalue()
+    time.sleep(1.0)
+    assert stream.getvalue() == printed  # nothing more after the fit raised

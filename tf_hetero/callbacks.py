@@ -64,12 +64,15 @@ class Progress(keras.callbacks.Callback):
             self._start_count = len(self.task_log)
             self._t0 = time.perf_counter()
             self._stop.clear()
+            self._fit = _calling_fit()
             self._thread = threading.Thread(target=self._loop, name="tf-hetero-progress",
                                             daemon=True)
             self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        # A fit that raises calls no on_train_end: the thread also ends once the fit that
+        # started it is no longer running.
+        while not self._stop.wait(self.interval_s) and _still_running(self._fit):
             self._print(self.line())
 
     def line(self) -> str:
@@ -103,6 +106,30 @@ class Progress(keras.callbacks.Callback):
             self._thread = None
 
 
+def _calling_fit():
+    """``(thread id, frame)`` of the ``fit`` call running this callback (``None`` if not
+    found, e.g. a callback driven by hand)."""
+    frame = sys._getframe(1)  # pylint: disable=protected-access
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and "tf_keras" in frame.f_code.co_filename:
+            return threading.get_ident(), frame
+        frame = frame.f_back
+    return None
+
+
+def _still_running(fit) -> bool:
+    """True while ``fit`` (from :func:`_calling_fit`) is on its thread's stack."""
+    if fit is None:
+        return True
+    ident, target = fit
+    frame = sys._current_frames().get(ident)  # pylint: disable=protected-access
+    while frame is not None:
+        if frame is target:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _is_number(v) -> bool:
     try:
         float(v)
@@ -123,12 +150,21 @@ class MonitorLogs(keras.callbacks.Callback):
         super().__init__()
         self.monitor = getattr(strategy_or_monitor, "monitor", strategy_or_monitor)
         self._since = None
+        self._ps_before = None
 
     def on_epoch_begin(self, epoch, logs=None):
         self._since = self.monitor.clock()
+        # Emulated PS tasks (profile ps_mbps): their counters, one read per PS per epoch.
+        totals = getattr(self.monitor, "ps_totals", None)
+        self._ps_before = totals() if totals is not None else None
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is None:
             return
         for key, value in self.monitor.summary(since=self._since).items():
             logs[f"tf_hetero/{key}"] = value
+        if self._ps_before is not None:
+            from tf_hetero.telemetry.psload import served_figures
+
+            for key, value in served_figures(self._ps_before, self.monitor.ps_totals()).items():
+                logs[f"tf_hetero/{key}"] = value

@@ -112,7 +112,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
     (0 means the traced function is not a training step) and ``"bytes"`` the size of the
     gradients one call pushes.
     """
-    record = {"calls": 0, "bytes": 0}
+    record = {"calls": 0, "bytes": 0, "writes": []}
 
     def apply_gradients(self, grads_and_vars, name=None, **kwargs):
         grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
@@ -132,10 +132,66 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
         try:
             for cls in classes:
                 cls.apply_gradients = apply_gradients
-            yield record
+            with _watching_writes(record["writes"]):
+                yield record
         finally:
             for cls, fn in originals.items():
                 cls.apply_gradients = fn
+
+
+#: Variable methods that write a variable (a step must leave trainable ones to the optimizer).
+_WRITE_METHODS = ("assign", "assign_add", "assign_sub", "scatter_add", "scatter_sub",
+                  "scatter_update", "scatter_max", "scatter_min", "scatter_mul", "scatter_div",
+                  "scatter_nd_add", "scatter_nd_sub", "scatter_nd_update",
+                  "batch_scatter_update")
+
+
+@contextlib.contextmanager
+def _watching_writes(writes: list):
+    """While tracing (caller holds :data:`patch_lock`): each write of a *trainable* variable
+    in a graph being built, and each ``tf.compat.v1`` optimizer update, is appended to
+    ``writes``. (Not "in this thread": ``strategy.run`` traces the replica function in a
+    thread of its own. tf-hetero's own traces all hold the lock, so another trace of ours
+    cannot interleave; eager writes elsewhere are not traces and are ignored.)
+
+    Under a round strategy such a write would run at once on the PS, asynchronously, as under
+    stock PSS, while the strategy claims rounds: the step tracer refuses the step instead
+    (``StepTracer._refuse_direct_writes``). Metric and batch-norm statistics are not
+    trainable and pass."""
+    from tensorflow.python.ops import resource_variable_ops
+    from tensorflow.python.training import optimizer as v1_optimizer
+
+    # ResourceVariable overrides some writes of its base (PSS's CachingVariable delegates
+    # to a ResourceVariable): patch each class that defines one.
+    originals = {(cls, name): cls.__dict__[name]
+                 for cls in (resource_variable_ops.BaseResourceVariable,
+                             resource_variable_ops.ResourceVariable)
+                 for name in _WRITE_METHODS if name in cls.__dict__}
+
+    def watched(name, original):
+        def write(self, *args, **kwargs):
+            # Float only: Keras' step counters are int64 tf.Variables, trainable by default.
+            if self.trainable and self.dtype.is_floating and not tf.executing_eagerly():
+                writes.append(f"{self.name} ({name})")
+            return original(self, *args, **kwargs)
+        return write
+
+    v1_apply = v1_optimizer.Optimizer.__dict__["apply_gradients"]
+
+    def v1_apply_gradients(self, grads_and_vars, *args, **kwargs):
+        if not tf.executing_eagerly():
+            writes.append(f"{type(self).__name__}.apply_gradients (a tf.compat.v1 optimizer)")
+        return v1_apply(self, grads_and_vars, *args, **kwargs)
+
+    try:
+        for (cls, name), original in originals.items():
+            setattr(cls, name, watched(name, original))
+        v1_optimizer.Optimizer.apply_gradients = v1_apply_gradients
+        yield
+    finally:
+        for (cls, name), original in originals.items():
+            setattr(cls, name, original)
+        v1_optimizer.Optimizer.apply_gradients = v1_apply
 
 
 def current_worker() -> tf.Tensor:

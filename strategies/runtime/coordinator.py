@@ -15,13 +15,14 @@ TF caches one coordinator per strategy and re-runs ``__init__`` on every
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import tensorflow as tf
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
 from tf_hetero.engine import RoundEngine
-from tf_hetero.strategies.runtime import watchdog, workers
+from tf_hetero.strategies.runtime import fitplan, watchdog, workers
 from tf_hetero.strategies.runtime.accumulate import NO_ROUND, patch_lock
 from tf_hetero.strategies.runtime.applier import ChiefApplier
 from tf_hetero.strategies.runtime.dispatcher import ClosureDispatcher
@@ -50,14 +51,16 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                 gate=self.config.gate, monitor=self.monitor, components=self.config.components,
                 grouping=self.config.grouping, update_scale=self.config.update_scale)
         self.stopped = False  # shutdown() was called: the ticker ends, nothing is scheduled
+        fitplan.install()  # each fit's first step says how many updates the fit makes
         self.tracer = StepTracer(self)
         self.applier = ChiefApplier(self)
         self.dispatcher = ClosureDispatcher(self, self.tracer)
+        # Deadlines and task transfer need time to pass: a ticker runs while the engine has
+        # work (started by schedule, ends once idle).
+        self.ticker, self.ticker_lock = None, threading.Lock()
         if self.engine is not None:
             self.engine.dispatcher = self.dispatcher
             self.engine.describe_lr = self.tracer.describe_learning_rates
-            if self.config.tick_s:  # deadlines and task transfer need time to pass
-                watchdog.start_ticker(self, self.config.tick_s)
         workers.instrument(self)
 
     # ------------------------------------------------------------ public API
@@ -65,6 +68,11 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         entry = self.tracer.entry(fn, args or (), kwargs or {})
         if not entry.is_train:
             return translated(super().schedule, fn, args=args, kwargs=kwargs)
+        plan = fitplan.take_plan(self.strategy)
+        if plan is not None and self.engine is not None and self.engine.rounds_mode:
+            groups = len(self.engine.groups) or 1
+            print(fitplan.plan_line(type(self.strategy).__name__, workers=self.engine.num_workers,
+                                    groups=groups, **plan), flush=True)
         if self.engine is None:  # ASP: exactly what stock TF does, plus a tag for the monitor
             closure = self.closure(fn, args, kwargs)
             set_tag(closure, ClosureTag(ClosureKind.ASYNC))
@@ -85,6 +93,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         except Exception as e:  # pylint: disable=broad-except
             self._error_reached_user()
             raise translate(e) from e
+        if self.config.tick_s:
+            watchdog.ensure_ticker(self, self.config.tick_s)
         return remote_value
 
     def join(self):

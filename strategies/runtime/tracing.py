@@ -19,7 +19,7 @@ from tf_hetero.strategies.runtime.accumulate import (NO_ROUND, Accumulators, acc
 from tf_hetero.strategies.runtime.granules import GranuleIterator, is_iterator
 from tf_hetero.strategies.runtime.local_push import LocalBuffers
 
-__all__ = ["StepEntry", "StepTracer"]
+__all__ = ["StepEntry", "StepTracer", "concrete_writes"]
 
 
 class StepEntry:
@@ -67,9 +67,11 @@ class StepTracer:
         """Async strategies run the step as written; a trace tells whether it trains."""
         python_fn = _autograph(fn)
         if python_fn is None:
+            self._refuse_direct_writes(fn, concrete_writes(fn))
             return StepEntry(None, is_train=False)
         record, keep = self._trace_once(python_fn, args, kwargs,
                                         lambda opt, variables: _NullAccumulators())
+        self._refuse_direct_writes(fn, record.get("writes", ()))
         if record.get("calls", 0):
             self.monitor.bytes_per_push = record["bytes"]
         return StepEntry(None, is_train=record.get("calls", 0) > 0, keep=keep)
@@ -77,6 +79,7 @@ class StepTracer:
     def _accumulating_entry(self, fn, args, kwargs) -> StepEntry:
         python_fn = _autograph(fn)
         if python_fn is None:  # a concrete function: cannot re-trace it
+            self._refuse_direct_writes(fn, concrete_writes(fn))
             return StepEntry(None, is_train=False)
         record = {}
         local = self.config.local is not None
@@ -105,10 +108,29 @@ class StepTracer:
 
         keep = self.coordinator.closure(accumulate_fn, (self.coordinator.code_tensor(NO_ROUND),)
                                         + tuple(args), kwargs)
+        self._refuse_direct_writes(fn, record.get("writes", ()))
         accs = tuple(dict.fromkeys(written))
         self.accumulators_of[accumulate_fn] = accs
         return StepEntry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep,
                          accumulators=accs)
+
+    def _refuse_direct_writes(self, fn, writes) -> None:
+        """A step that updates trainable variables itself would run asynchronously, as under
+        stock PSS, under a strategy that promises rounds or a staleness bound: refused."""
+        if not writes or self.engine is None:  # ASP: asynchronous is what it promises
+            return
+        who = type(self.strategy).__name__
+        name = getattr(fn, "__name__", None) or getattr(fn, "name", None) or repr(fn)
+        shown = ", ".join(dict.fromkeys(writes))
+        raise ValueError(
+            f"{who}: the scheduled function {name!r} updates trainable variables without a "
+            f"tf_keras optimizer's apply_gradients: {shown}. {who} cannot put such an update "
+            "in its rounds (or under its staleness bound): it would be applied at once, "
+            "asynchronously, as under stock ParameterServerStrategy. Fix: compute the "
+            "gradients (tf.GradientTape) and call a tf_keras optimizer's apply_gradients "
+            "(or minimize) in the step, from a tf.function the strategy can trace (not a "
+            "concrete function); or train this step under tf.distribute."
+            "ParameterServerStrategy or tf_hetero.ASPStrategy.")
 
     def describe_learning_rates(self) -> str:
         """``"learning rate 0.32"`` of the optimizers the training steps use (for the
@@ -183,6 +205,33 @@ class StepTracer:
         if self.config.local is None:
             self.monitor.bytes_per_push = sum(a.bytes_per_push for a in self.accumulators)
         return acc
+
+
+#: Ops that write a resource variable (the optimizer's ResourceApply* included).
+_WRITE_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+_WRITE_OP_PREFIXES = ("ResourceApply", "ResourceSparseApply", "ResourceScatter")
+
+
+def concrete_writes(fn) -> list[str]:
+    """The trainable variables a concrete function (which tf-hetero cannot re-trace) writes
+    in its own graph: each write op's variable is found through the graph's captures.
+    Writes inside nested functions (loops, conditionals) are not seen."""
+    graph = getattr(fn, "graph", None)
+    if graph is None:
+        return []
+    trainable = {id(v.handle): v.name for v in getattr(graph, "trainable_variables", ())
+                 if v.dtype.is_floating}
+    internal_to_variable = {id(internal): trainable[id(external)]
+                            for external, internal in graph.captures if id(external) in trainable}
+    writes = []
+    for op in graph.get_operations():
+        if op.type in _WRITE_OPS or op.type.startswith(_WRITE_OP_PREFIXES):
+            handle = op.inputs[0]
+            while handle.op.type == "Identity":
+                handle = handle.op.inputs[0]
+            if id(handle) in internal_to_variable:
+                writes.append(f"{internal_to_variable[id(handle)]} ({op.type})")
+    return writes
 
 
 def _autograph(fn):

@@ -148,7 +148,10 @@ class LocalCluster:
         return self
 
     def stop(self) -> None:
-        """Terminates process-mode servers (SIGTERM, then SIGKILL after a grace period)."""
+        """Terminates process-mode servers (SIGTERM, then SIGKILL after a grace period), after
+        detaching this process from them (:meth:`_detach`), so nothing later talks to them."""
+        if self._procs:
+            self._detach()
         procs = list(self._procs.values())
         for p in procs:
             if p.poll() is None:
@@ -162,6 +165,36 @@ class LocalCluster:
                 p.wait(timeout=STOP_GRACE_S)
         self._procs.clear()
         self._started = False
+
+    def _detach(self) -> None:
+        """Makes this process's eager context local-only when it is connected to this cluster.
+
+        A ``ParameterServerStrategy`` connects the eager context to every task. Once the
+        servers are gone, each ``tf.function`` freed later (at the latest when the program
+        exits) is removed from every remote task it was registered on, and each removal logs
+        "Failed to remove function remotely ... Connection refused" (~130 lines for the README
+        example). ``update_server_def`` with only this process's job closes the remote
+        contexts while the servers still answer (~10 ms here) and removes later frees from
+        nothing but this process. Variables on the cluster cannot be used afterwards, as
+        they could not once the servers stop. docs/TF_INTERNALS.md, "Clean exit"."""
+        if "tensorflow" not in sys.modules:  # nothing can be connected
+            return
+        from tensorflow.core.protobuf import tensorflow_server_pb2
+        from tensorflow.python.eager import context
+
+        current = context.context().get_server_def()
+        if current is None:
+            return
+        ours = {a for role in ("worker", "ps") for a in self.cluster_spec[role]}
+        connected = {a for job in current.cluster.job if job.name != current.job_name
+                     for a in job.tasks.values()}
+        if not connected or not connected <= ours:
+            return  # connected to another cluster (or not to a remote one): not ours to touch
+        local = tensorflow_server_pb2.ServerDef()
+        local.CopyFrom(current)
+        del local.cluster.job[:]
+        local.cluster.job.extend(j for j in current.cluster.job if j.name == current.job_name)
+        context.context().update_server_def(local)
 
     # ------------------------------------------------------------------ access
     @property

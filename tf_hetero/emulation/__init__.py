@@ -1,5 +1,6 @@
-"""Heterogeneity on one machine: profiles (:mod:`~tf_hetero.emulation.profile`, pure) and
-emulated device time inside each worker's step (:mod:`~tf_hetero.emulation.device`, TF).
+"""Heterogeneity on one machine: profiles (:mod:`~tf_hetero.emulation.profile`, pure),
+emulated device time inside each worker's step (:mod:`~tf_hetero.emulation.device`, TF) and
+emulated PS tasks, shared servers with a service rate (:mod:`~tf_hetero.emulation.ps`, TF).
 ``emulate`` is imported lazily: the profile grammar needs no TensorFlow."""
 
 from tf_hetero.emulation.profile import PROFILE_ENV, Profile, ProfileError

@@ -16,6 +16,12 @@ configured ones as long as ``base_ms`` exceeds the real step time (~10-30 ms her
 The worker's task counter (``t`` in :mod:`tf_hetero.emulation.profile`) is a per-worker variable, so
 transient stragglers and step changes follow each worker's own task sequence.
 
+With ``ps_mbps`` in the profile the PS tasks are emulated too (:mod:`tf_hetero.emulation.ps`):
+before computing, the step waits until every PS it reads from has served those bytes, and after
+its device time it waits until every PS it pushes to has served the gradient, each PS one
+request at a time (a shared server). The device budget starts after the reads are served, so
+PS service and queueing add to the step's time instead of being absorbed by its sleep.
+
 Example (on a cluster; see :class:`tf_hetero.LocalCluster`)::
 
     with strategy.scope():
@@ -34,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.data.experimental.ops import testing as _data_testing
 
-from tf_hetero.emulation.profile import Profile
+from tf_hetero.emulation.profile import Profile, ProfileError
 
 __all__ = ["emulate", "EmulatedDevice", "sleep_op", "finish_compute", "keep_gradient_local"]
 
@@ -78,8 +84,10 @@ class EmulatedDevice:
     """
 
     def __init__(self, profile: Profile, num_workers: int, batch_size: int | None = None,
-                 strategy=None):
+                 strategy=None, servers=None):
         self.profile = profile
+        #: :class:`tf_hetero.emulation.ps.EmulatedServers` (profile ``ps_mbps``), or None.
+        self.servers = servers
         self.num_workers = num_workers
         # base_ms is the time of one batch of this many samples; a step over more or fewer
         # rows (a sized task) takes proportionally longer or shorter, as on real hardware.
@@ -141,8 +149,18 @@ class EmulatedDevice:
         """
         model = model if model is not None else getattr(step_fn, "__self__", None)
 
+        servers = self.servers if model is not None else None
+
         def emulated_step(data):
             start = tf.timestamp()
+            if servers is not None:
+                from tf_hetero.emulation.ps import bytes_per_ps
+
+                servers.read_bytes = bytes_per_ps(model.variables, servers.num_ps)
+                served = servers.serve_all(servers.read_bytes, after=[start])
+                if served:  # the device budget starts once the weights were served
+                    with tf.control_dependencies(served):
+                        start = tf.timestamp()
             with tf.control_dependencies([start]):
                 data = tf.nest.map_structure(tf.identity, data)
             budget_us = self._scaled(self.device_microseconds(), data)
@@ -161,7 +179,13 @@ class EmulatedDevice:
             with tf.control_dependencies(tf.nest.flatten(logs) + spent):
                 elapsed_us = tf.cast((tf.timestamp() - start) * 1e6, tf.int64)
                 slept = sleep_op(tf.maximum(budget_us - elapsed_us, 0))
-            with tf.control_dependencies([slept]):
+            pushed = []
+            if servers is not None and not flags["local"]:
+                from tf_hetero.emulation.ps import bytes_per_ps
+
+                servers.push_bytes = bytes_per_ps(model.trainable_variables, servers.num_ps)
+                pushed = servers.serve_all(servers.push_bytes, after=[slept])
+            with tf.control_dependencies([slept] + pushed):
                 return tf.nest.map_structure(tf.identity, logs)
 
         return emulated_step
@@ -212,8 +236,22 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
     strategy = strategy or tf.distribute.get_strategy()
     if num_workers is None:
         num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
+    servers = None
+    if profile.emulates_ps:
+        from tf_hetero.emulation.ps import EmulatedServers, num_ps
+
+        ps_tasks = num_ps(strategy)
+        if ps_tasks < 1:
+            raise ProfileError(
+                f"Profile {profile.spec()!r} emulates PS tasks (ps_mbps) but the strategy "
+                f"{type(strategy).__name__} has none. Fix: train on a cluster with PS tasks, or "
+                "drop ps_mbps, ps_slow and ps_interfere.")
+        servers = EmulatedServers(profile, ps_tasks)
+        monitor = getattr(strategy, "monitor", None)
+        if monitor is not None and hasattr(monitor, "attach_ps"):
+            monitor.attach_ps(servers)
     with strategy.scope():
-        device = EmulatedDevice(profile, num_workers, batch_size, strategy)
+        device = EmulatedDevice(profile, num_workers, batch_size, strategy, servers)
     model.train_step = device.wrap(model.train_step, model)
     if profile.link_mbps:  # read by strategies that push over the emulated link (H-PS)
         strategy.link_us_per_byte = profile.link_us_per_byte(num_workers)

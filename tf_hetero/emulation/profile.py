@@ -30,11 +30,19 @@ Inline spec grammar (items separated by ``;``)::
                            one per worker, link=8,8,8,2): every strategy's steps wait
                            bytes / rate for their variable reads and gradient pushes
                            (H-PS: for each push of its buffer, where it happens)
+    ps_mbps=4              emulated parameter servers (tf_hetero.emulation.ps): each PS
+                           serves the bytes a step reads from it and pushes to it at this
+                           rate, MB/s (one value: every PS; or one per PS, ps_mbps=4,4),
+                           one request at a time (a shared server: concurrent steps queue)
+    ps_slow=1:3            PS 1 serves 3x slower (needs ps_mbps)
+    ps_interfere=0:4@1/5   transient interference: PS 0 serves 4x slower during 1 s of
+                           every 5 s (wall clock; comma list; needs ps_mbps)
 
 A JSON file holds the same keys: ``{"base_ms": 100, "slowdowns": [1, 1, 1, 4],
 "straggle": {"p": 0.1, "k": 5}, "classes": [{"name": "k80", "count": 1, "slowdown": 4}],
 "slow": {"3": 4}, "change": [{"worker": 3, "at_task": 200, "slowdown": 4}], "seed": 0,
-"link": [8]}``.
+"link": [8], "ps_mbps": [4], "ps_slow": {"1": 3},
+"ps_interfere": [{"ps": 0, "factor": 4, "on_s": 1, "period_s": 5}]}``.
 
 Example:
 
@@ -45,6 +53,8 @@ Example:
 1.4
 >>> Profile.parse("classes=v100:3@1,k80:1@4").class_names(4)
 ('v100', 'v100', 'v100', 'k80')
+>>> Profile.parse("ps_mbps=4;ps_slow=1:3").ps_us_per_byte(2)   # PS 1 serves 3x slower
+(0.25, 0.75)
 """
 
 from __future__ import annotations
@@ -58,7 +68,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["Profile", "ProfileError", "HardwareClass", "Change", "PROFILE_ENV"]
+__all__ = ["Profile", "ProfileError", "HardwareClass", "Change", "Interference", "PROFILE_ENV"]
 
 #: Environment variable through which ``tf-hetero run --profile`` hands the profile to the
 #: training program (the chief), which applies it with :func:`tf_hetero.emulate`.
@@ -83,6 +93,23 @@ class Change:
     worker: int
     at_task: int
     slowdown: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Interference:
+    """PS ``ps`` serves ``factor`` times slower during ``on_s`` seconds of every ``period_s``
+    (wall clock, phase 0 at the Unix epoch): a noisy neighbour on the server's machine."""
+
+    ps: int
+    factor: float
+    on_s: float
+    period_s: float
+
+
+def _factors(value: str, index_what: str, factor_what: str) -> tuple:
+    """``"3:4,2:2"`` as ``((3, 4.0), (2, 2.0))``: task indices and their slowdown factors."""
+    pairs = [p.split(":") for p in value.split(",")]
+    return tuple((_index(index_what, i), _positive(factor_what, f)) for i, f in pairs)
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
@@ -116,6 +143,15 @@ def _index(name: str, value: Any) -> int:
     return i
 
 
+def _interference(part: str) -> Interference:
+    """``PS:FACTOR@ON/PERIOD``, e.g. ``0:4@1/5``."""
+    ps, rest = part.split(":")
+    factor, window = rest.split("@")
+    on, period = window.split("/")
+    return Interference(_index("ps_interfere PS", ps), _positive("ps_interfere factor", factor),
+                        _positive("ps_interfere on_s", on), _positive("ps_interfere period_s", period))
+
+
 @dataclasses.dataclass(frozen=True)
 class Profile:
     """A validated heterogeneity profile. Build one with :meth:`parse` or the constructor."""
@@ -130,11 +166,32 @@ class Profile:
     seed: int = 0
     horizon: int = 4096
     link_mbps: tuple[float, ...] = ()  # emulated push bandwidth, MB/s (one, or per worker)
+    ps_mbps: tuple[float, ...] = ()  # emulated PS service rate, MB/s (one, or per PS)
+    ps_slow: tuple[tuple[int, float], ...] = ()  # (PS, factor): that PS serves factor x slower
+    ps_interfere: tuple[Interference, ...] = ()
 
     def __post_init__(self):
         _positive("base_ms", self.base_ms)
         for r in self.link_mbps:
             _positive("link", r)
+        for r in self.ps_mbps:
+            _positive("ps_mbps", r)
+        for p, f in self.ps_slow:
+            _index("ps_slow PS", p)
+            _positive("ps_slow factor", f)
+        for i in self.ps_interfere:
+            _index("ps_interfere PS", i.ps)
+            _positive("ps_interfere factor", i.factor)
+            _positive("ps_interfere on_s", i.on_s)
+            _positive("ps_interfere period_s", i.period_s)
+            if i.on_s > i.period_s:
+                raise ProfileError(
+                    f"ps_interfere on PS {i.ps}: {_num(i.on_s)} s on in every {_num(i.period_s)} s "
+                    "is more than the period. Fix: on_s <= period_s, e.g. ps_interfere=0:4@1/5.")
+        if (self.ps_slow or self.ps_interfere) and not self.ps_mbps:
+            raise ProfileError(
+                "ps_slow and ps_interfere scale a PS's service rate, but the profile sets none. "
+                "Fix: add ps_mbps=RATE (MB/s each PS serves), e.g. 'ps_mbps=4;ps_slow=1:3'.")
         for s in self.slowdowns:
             _positive("slowdowns", s)
         for w, s in self.slow:
@@ -217,9 +274,7 @@ class Profile:
                 elif key == "slowdowns":
                     fields["slowdowns"] = tuple(_positive("slowdowns", v) for v in value.split(","))
                 elif key == "slow":
-                    pairs = [p.split(":") for p in value.split(",")]
-                    fields["slow"] = tuple((_index("slow worker", w), _positive("slow factor", s))
-                                           for w, s in pairs)
+                    fields["slow"] = _factors(value, "slow worker", "slow factor")
                 elif key == "classes":
                     classes = []
                     for part in value.split(","):
@@ -244,23 +299,31 @@ class Profile:
                     fields[key] = _index(key, value)
                 elif key == "link":
                     fields["link_mbps"] = tuple(_positive("link", v) for v in value.split(","))
+                elif key == "ps_mbps":
+                    fields["ps_mbps"] = tuple(_positive("ps_mbps", v) for v in value.split(","))
+                elif key == "ps_slow":
+                    fields["ps_slow"] = _factors(value, "ps_slow PS", "ps_slow factor")
+                elif key == "ps_interfere":
+                    fields["ps_interfere"] = tuple(_interference(part) for part in value.split(","))
                 else:
                     raise ProfileError(
                         f"Unknown profile key {key!r} in {item!r}. Known keys: base_ms, slowdowns, "
-                        "slow, classes, straggle, change, seed, horizon, link.")
+                        "slow, classes, straggle, change, seed, horizon, link, ps_mbps, ps_slow, "
+                        "ps_interfere.")
             except ValueError as e:  # a split that did not give the expected parts
                 if isinstance(e, ProfileError):
                     raise
                 raise ProfileError(
                     f"Profile item {item!r} is malformed. Fix: see the grammar, e.g. "
-                    "'slow=3:4', 'classes=v100:3@1,k80:1@4', 'straggle=0.1x5', 'change=3@200:4'."
+                    "'slow=3:4', 'classes=v100:3@1,k80:1@4', 'straggle=0.1x5', 'change=3@200:4', "
+                    "'ps_slow=1:3', 'ps_interfere=0:4@1/5'."
                 ) from None
         return cls(**fields)
 
     @classmethod
     def _from_mapping(cls, data: Mapping, source: str) -> "Profile":
         known = {"base_ms", "slowdowns", "slow", "classes", "straggle", "change", "seed", "horizon",
-                 "link"}
+                 "link", "ps_mbps", "ps_slow", "ps_interfere"}
         unknown = set(data) - known
         if unknown:
             raise ProfileError(f"Unknown profile key(s) {sorted(unknown)} in {source}. "
@@ -292,6 +355,20 @@ class Profile:
                 link = data["link"]
                 fields["link_mbps"] = tuple(_positive("link", v) for v in (
                     link if isinstance(link, (list, tuple)) else [link]))
+            if "ps_mbps" in data:
+                rate = data["ps_mbps"]
+                fields["ps_mbps"] = tuple(_positive("ps_mbps", v) for v in (
+                    rate if isinstance(rate, (list, tuple)) else [rate]))
+            if "ps_slow" in data:
+                fields["ps_slow"] = tuple((_index("ps_slow PS", p), _positive("ps_slow factor", f))
+                                          for p, f in dict(data["ps_slow"]).items())
+            if "ps_interfere" in data:
+                fields["ps_interfere"] = tuple(
+                    Interference(_index("ps_interfere PS", i["ps"]),
+                                 _positive("ps_interfere factor", i["factor"]),
+                                 _positive("ps_interfere on_s", i["on_s"]),
+                                 _positive("ps_interfere period_s", i["period_s"]))
+                    for i in data["ps_interfere"])
         except (KeyError, TypeError, AttributeError) as e:
             raise ProfileError(f"Profile in {source} is malformed near {e!s}; see the JSON layout "
                                "in the tf_hetero.emulation.profile docstring.") from None
@@ -320,6 +397,13 @@ class Profile:
                                               for c in self.changes))
         if self.link_mbps:
             items.append("link=" + ",".join(_num(r) for r in self.link_mbps))
+        if self.ps_mbps:
+            items.append("ps_mbps=" + ",".join(_num(r) for r in self.ps_mbps))
+        if self.ps_slow:
+            items.append("ps_slow=" + ",".join(f"{p}:{_num(f)}" for p, f in self.ps_slow))
+        if self.ps_interfere:
+            items.append("ps_interfere=" + ",".join(
+                f"{i.ps}:{_num(i.factor)}@{_num(i.on_s)}/{_num(i.period_s)}" for i in self.ps_interfere))
         items += [f"seed={self.seed}", f"horizon={self.horizon}"]
         return ";".join(items)
 
@@ -343,6 +427,58 @@ class Profile:
                 raise ProfileError(
                     f"Profile names worker {w} but the cluster has workers 0-{num_workers - 1}. "
                     "Fix: use an index in that range.")
+
+    @property
+    def emulates_ps(self) -> bool:
+        """True if the profile emulates parameter servers (``ps_mbps`` set)."""
+        return bool(self.ps_mbps)
+
+    def check_ps(self, num_ps: int) -> None:
+        """Raises :class:`ProfileError` if the PS items do not fit ``num_ps`` PS tasks.
+
+        >>> try:
+        ...     Profile.parse("ps_mbps=4;ps_slow=2:3").check_ps(2)
+        ... except ProfileError as e:
+        ...     print(e)
+        Profile 'ps_slow' names PS 2 but the cluster has PS tasks 0-1. Fix: use an index in that range.
+        """
+        if len(self.ps_mbps) not in (0, 1, num_ps):
+            raise ProfileError(
+                f"Profile 'ps_mbps' lists {len(self.ps_mbps)} rates but the cluster has {num_ps} "
+                f"PS tasks. Fix: give one rate for every PS, or {num_ps}.")
+        named = [("ps_slow", p) for p, _ in self.ps_slow] + [("ps_interfere", i.ps)
+                                                           for i in self.ps_interfere]
+        for key, p in named:
+            if p >= num_ps:
+                raise ProfileError(
+                    f"Profile '{key}' names PS {p} but the cluster has PS tasks 0-{num_ps - 1}. "
+                    "Fix: use an index in that range.")
+
+    def ps_us_per_byte(self, num_ps: int) -> tuple[float, ...]:
+        """Service time per byte of each PS, microseconds (0: the PS is not emulated).
+
+        >>> Profile.parse("ps_mbps=8,4").ps_us_per_byte(2)
+        (0.125, 0.25)
+        """
+        self.check_ps(num_ps)
+        if not self.ps_mbps:
+            return (0.0,) * num_ps
+        rates = self.ps_mbps * num_ps if len(self.ps_mbps) == 1 else self.ps_mbps
+        slow = dict(self.ps_slow)
+        return tuple(slow.get(p, 1.0) / rates[p] for p in range(num_ps))
+
+    def ps_service_rates(self, num_ps: int) -> tuple[float, ...]:
+        """Relative service rate of each PS (1 / its time per byte, the fastest 1.0): what
+        ``placement="balanced"`` weighs loads by. Equal rates when no PS is emulated.
+
+        >>> Profile.parse("ps_mbps=4;ps_slow=1:3").ps_service_rates(2)
+        (1.0, 0.3333333333333333)
+        """
+        us = self.ps_us_per_byte(num_ps)
+        if not any(us):
+            return (1.0,) * num_ps
+        fastest = min(us)
+        return tuple(fastest / u for u in us)
 
     def link_us_per_byte(self, num_workers: int) -> tuple[float, ...]:
         """Emulated push delay per byte of each worker's link, microseconds (0: no delay).

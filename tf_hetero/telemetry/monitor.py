@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time
+from tf_hetero.telemetry import psload
 from tf_hetero.telemetry.records import RoundRecord, TaskRecord
 
 __all__ = ["Monitor", "RoundRecord", "TaskRecord"]
@@ -53,6 +54,12 @@ class Monitor:
         # Local accumulation (H-PS) pushes once per worker per round, not once per task:
         # then bytes are counted per push (times of the pushes).
         self.push_times: list[float] | None = None
+        #: Where the variables are (a tf_hetero.placement.Placement; set by the strategy):
+        #: its per-PS loads are the bytes one step moves through each PS.
+        self.placement = None
+        #: The emulated PS tasks (tf_hetero.emulation.ps.EmulatedServers), if the profile
+        #: emulates them (ps_mbps); MonitorLogs and the bench read their counters.
+        self.ps_servers = None
 
     # ---------------------------------------------------------------- recording
     def record_task(self, worker: int, start: float, end: float, applied: bool,
@@ -88,6 +95,30 @@ class Monitor:
     def add_summary(self, fn) -> None:
         """Adds ``fn(rounds, num_workers) -> dict`` to :meth:`summary` (a policy's figures)."""
         self._summaries.append(fn)
+
+    def attach_ps(self, servers) -> None:
+        """The emulated PS tasks whose counters :meth:`ps_totals` reads."""
+        self.ps_servers = servers
+
+    def ps_totals(self) -> dict | None:
+        """The emulated PS tasks' counters since the start (``None`` if not emulated)."""
+        return None if self.ps_servers is None else self.ps_servers.totals()
+
+    def ps_step_bytes(self) -> list | None:
+        """Bytes one training step moves through each PS, or ``None``: what the emulated PS
+        tasks serve per step (the model's reads and pushes) once a step was traced, else the
+        placement's loads (every variable placed, read + push of trainable ones)."""
+        servers = self.ps_servers
+        if servers is not None and any(servers.read_bytes):
+            return [r + w for r, w in zip(servers.read_bytes, servers.push_bytes)]
+        if self.placement is not None and any(self.placement.loads):
+            return list(self.placement.loads)
+        return None
+
+    def ps_load_per_round(self) -> list[tuple[int, list[int]]]:
+        """``(round id, bytes per PS)`` of each recorded round (empty without a placement)."""
+        step = self.ps_step_bytes()
+        return [] if step is None else psload.per_round(self.snapshot()[1], step)
 
     def on_event(self, name: str, **fields) -> None:
         """Engine hook: something else happened (a transfer, a worker failed or came back)."""
@@ -142,6 +173,11 @@ class Monitor:
         for w, d in enumerate(per_worker):
             out[f"worker{w}_tasks"] = len(d)
             out[f"worker{w}_median_ms"] = 1e3 * float(np.median(d)) if d else float("nan")
+        step = self.ps_step_bytes()
+        if step is not None:  # every task moved its step's bytes through the PS tasks
+            servers = self.ps_servers
+            out.update(psload.step_figures(
+                step, len(tasks), servers.us_per_byte if servers is not None else None))
         for fn in self._summaries:
             out.update(fn(rounds, self.num_workers))
         return out

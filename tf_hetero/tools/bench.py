@@ -29,8 +29,17 @@ samples/s, with ``spread``; every run is in ``runs``):
 - ``bytes_to_ps_per_sample`` / ``bytes_from_ps_per_sample``: bytes measured on the TCP
   connections between the worker and PS processes over the row's fit (pushes and requests /
   variable reads), per sample computed, the same way for every row; ``ps_bytes`` per PS and
-  ``ps_load_max_over_mean`` (:mod:`tf_hetero.telemetry.traffic`; ``null`` where it cannot
-  measure).
+  ``ps_load_max_over_mean`` (:mod:`tf_hetero.telemetry.traffic`; where it cannot measure,
+  the same figure of ``ps_step_bytes``);
+- per-PS load (:mod:`tf_hetero.telemetry.psload`): ``ps_step_bytes`` (bytes one step reads
+  from and pushes to each PS, from where the variables are) and
+  ``ps_placement_max_over_mean``; with emulated PS tasks (profile ``ps_mbps``), measured on
+  them over the row's fit: ``ps_served_bytes``, ``ps_busy_s`` (service), ``ps_wait_s``
+  (requests queued for a busy PS), ``ps_busy_max_over_mean``.
+
+A row ``NAME@balanced`` (e.g. ``bsp@balanced``) builds strategy ``NAME`` with
+``placement="balanced"``, its PS service rates taken from the profile
+(:mod:`tf_hetero.placement`); ``NAME`` alone keeps TensorFlow's round-robin placement.
 
 Timings are measured, not asserted: compare rows of one run, as ratios.
 """
@@ -92,7 +101,7 @@ class BenchConfig:
 
         names = [s.strip() for s in self.strategies if s.strip()]
         for s in names:
-            registry.parse(s)  # raises a clear error for unknown names
+            registry.parse(split_row(s)[0])  # raises a clear error for unknown names
         if "pss" not in names:
             names.insert(0, "pss")  # the reference row
         self.strategies = tuple(dict.fromkeys(names))
@@ -104,7 +113,8 @@ class BenchConfig:
         if self.steps_per_epoch % self.steps_per_execution:
             raise ValueError(f"bench steps_per_epoch={self.steps_per_epoch} must be a multiple of "
                              f"steps_per_execution={self.steps_per_execution}.")
-        for s in self.strategies:  # checked before any cluster starts
+        for row in self.strategies:  # checked before any cluster starts
+            s = split_row(row)[0]
             per_round = registry.updates_per_round(s, self.workers) * self.steps_per_execution
             if registry.entry(registry.parse(s)[0]).sized and self.steps_per_epoch % per_round:
                 raise ValueError(
@@ -122,6 +132,7 @@ class BenchConfig:
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy={self.target_accuracy!r}: need 0 < t <= 1.")
         Profile.parse(self.profile).check_workers(self.workers)
+        Profile.parse(self.profile).check_ps(self.ps)
 
 
 class _AccuracySampler:
@@ -154,6 +165,27 @@ class _AccuracySampler:
     def stop(self):
         self._stop.set()
         self._thread.join(timeout=30)
+
+
+def split_row(spec: str) -> tuple[str, str | None]:
+    """``"bsp@balanced"`` -> ``("bsp", "balanced")``; ``"bsp"`` -> ``("bsp", None)``.
+
+    >>> split_row("hps8@balanced"), split_row("pss")
+    (('hps8', 'balanced'), ('pss', None))
+    """
+    from tf_hetero.placement import PLACEMENTS
+
+    base, sep, placement = spec.partition("@")
+    if not sep:
+        return spec, None
+    if placement not in PLACEMENTS:
+        raise ValueError(f"bench row {spec!r}: placement {placement!r} is unknown. Fix: "
+                         f"NAME@balanced or NAME@round_robin ({', '.join(PLACEMENTS)}).")
+    if base == "pss":
+        raise ValueError(f"bench row {spec!r}: the stock ParameterServerStrategy places "
+                         "variables round-robin only. Fix: use a tf-hetero strategy, e.g. "
+                         "asp@balanced.")
+    return base, placement
 
 
 def _task_records(strategy, task_log):
@@ -220,10 +252,19 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     from tf_hetero.strategies import registry
     from tf_hetero.telemetry.tasklog import TaskLog
 
+    from tf_hetero.emulation.ps import bytes_per_ps
+    from tf_hetero.placement import Balanced, max_over_mean
+    from tf_hetero.telemetry import psload
+
     train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
-    strategy = registry.make(spec, cluster.resolver)
+    base, placement = split_row(spec)
+    strategy = registry.make(base, cluster.resolver)
+    if placement is not None:  # before any variable exists; rates from the row's profile
+        strategy.extended.set_placement(
+            Balanced(profile=profile) if placement == "balanced" else placement,
+            strategy.monitor)
     k = cfg.steps_per_execution
-    per_update = registry.updates_per_round(spec, cfg.workers) * k
+    per_update = registry.updates_per_round(base, cfg.workers) * k
     # The same sample budget for every row: a Keras step is a closure, which reads one
     # dataset batch, except a sized strategy's (one task per worker per round reading a
     # share of the round's per_update batches): scale its steps so it reads as many.
@@ -239,7 +280,8 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
                       steps_per_execution=k)
     # base_ms is one dataset batch's time for every row; a sized task's step (H-PS) takes
     # it in proportion to the samples it reads.
-    tf_hetero.emulate(model, profile, strategy=strategy, batch_size=cfg.batch_size)
+    device = tf_hetero.emulate(model, profile, strategy=strategy, batch_size=cfg.batch_size)
+    servers = device.servers  # emulated PS tasks (profile ps_mbps), or None
     stock = not isinstance(strategy, tf_hetero.HeteroStrategy)
     task_log = TaskLog.for_strategy(strategy) if stock else None
     sampler = _AccuracySampler(model, test.x, test.y, cfg.eval_interval_s)
@@ -251,6 +293,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
           f"{f' (warm-up {cfg.warmup_updates} updates)' if cfg.warmup_updates > 1 and per_update > 1 else ''}",
           flush=True)
     traffic_before = meter.snapshot() if meter is not None else None
+    served_before = servers.totals() if servers is not None else None
     t0 = time.perf_counter()
     sampler.start(t0)
     progress = tf_hetero.Progress(5.0, task_log=task_log or TaskLog.for_strategy(strategy))
@@ -271,6 +314,8 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     fit_wall = time.perf_counter() - t0
     # fit() returns after the last apply: the row's traffic, read before anything else runs.
     traffic = meter.since(traffic_before) if meter is not None else None
+    served = (psload.served_figures(served_before, servers.totals())
+              if servers is not None else None)
     sampler.stop()
     final = sampler.accuracy()
     sampler.samples.append((time.perf_counter() - t0, final))
@@ -297,6 +342,22 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
                 {"bytes_to_ps_per_sample": None, "bytes_from_ps_per_sample": None,
                  "chief_ps_bytes_per_sample": None, "ps_bytes": None,
                  "ps_load_max_over_mean": None})
+    # Bytes one step reads from / pushes to each PS, from where the variables are.
+    num_ps = cfg.ps
+    step_bytes = [r + w for r, w in zip(bytes_per_ps(model.variables, num_ps),
+                                        bytes_per_ps(model.trainable_variables, num_ps))]
+    ps_figures = {"placement": placement or "round_robin", "ps_step_bytes": step_bytes,
+                  "ps_placement_max_over_mean": max_over_mean(step_bytes),
+                  "ps_served_bytes": None, "ps_busy_s": None, "ps_wait_s": None,
+                  "ps_busy_max_over_mean": None}
+    if served is not None:
+        ps_figures.update({
+            "ps_served_bytes": [served[f"ps{p}_served_bytes"] for p in range(num_ps)],
+            "ps_busy_s": [served[f"ps{p}_busy_s"] for p in range(num_ps)],
+            "ps_wait_s": [served[f"ps{p}_wait_s"] for p in range(num_ps)],
+            "ps_busy_max_over_mean": served["ps_busy_max_over_mean"]})
+    if measured.get("ps_load_max_over_mean") is None:
+        measured["ps_load_max_over_mean"] = ps_figures["ps_placement_max_over_mean"]
     if stock:
         rounds, engine_figures = len(records), {}
     else:
@@ -317,6 +378,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         "final_accuracy": final,
         "stopped": stopped,
         **measured,
+        **ps_figures,
         # For reference: one gradient (= the trainable variables), bytes per sample.
         "gradient_bytes_per_sample": sum(v.shape.num_elements() * v.dtype.size
                                          for v in model.trainable_variables) / cfg.batch_size,

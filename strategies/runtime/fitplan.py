@@ -1,0 +1,91 @@
+"""The line a round strategy prints when a ``fit`` starts: how many updates it will make.
+
+Under a round strategy one update applies a whole round (one task per worker, each of
+``steps_per_execution`` steps), so the TF tutorial's ``fit(epochs=5, steps_per_epoch=20)``
+with ``steps_per_execution=10`` on 2 workers makes 5 updates, not 100;
+``optimizer.iterations`` counts those updates (a checkpoint-resume recipe that divides it by
+``steps_per_epoch`` resumes at the wrong epoch), and the learning rate must suit a round's
+batch. Stock PSS users expect none of this, so the strategy says it once per fit, before the
+first step.
+
+tf_keras builds a data handler per ``fit``/``evaluate`` (``data_adapter.get_data_handler``);
+:func:`install` wraps it to note the handler's steps and epochs on a tf-hetero strategy, and
+the coordinator prints :func:`plan_line` at the first training step scheduled after that
+(``evaluate`` schedules no training step, so its handler is replaced before use).
+
+>>> plan_line("BSPStrategy", steps=100, epochs=5, per_epoch=20, per_execution=10,
+...           workers=2, groups=1)  # doctest: +NORMALIZE_WHITESPACE
+'[tf-hetero] BSPStrategy: this fit runs 100 steps as 10 tasks and applies ~5 updates, one per
+ round of 2 tasks (20 steps, 20 batches averaged). optimizer.iterations counts updates
+ (resume at epoch iterations x 20 // 20); learning rate: scale a one-batch rate by 20
+ (linear rule), or warm up to it.'
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+__all__ = ["install", "plan_line", "note_plan", "take_plan"]
+
+_lock = threading.Lock()
+_installed = False
+
+
+def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_execution: int,
+              workers: int, groups: int = 1) -> str:
+    """The fit-start line (``groups``: groups of workers with their own rounds)."""
+    tasks = math.ceil(steps / per_execution)
+    per_round = max(1.0, workers / max(1, groups))  # tasks in one round (mean group size)
+    updates = math.ceil(tasks / per_round)
+    batches = per_round * per_execution
+    size = (f"round of {per_round:g} tasks" if groups == 1
+            else f"round of a group ({groups} groups of ~{per_round:g} tasks)")
+    return (f"[tf-hetero] {who}: this fit runs {steps} steps as {tasks} tasks and applies "
+            f"~{updates} updates, one per {size} ({batches:g} steps, {batches:g} batches "
+            f"averaged). optimizer.iterations counts updates (resume at epoch iterations x "
+            f"{batches:g} // {per_epoch}); learning rate: scale a one-batch rate by "
+            f"{batches:g} (linear rule), or warm up to it.")
+
+
+def note_plan(strategy, handler) -> None:
+    """Keeps what ``handler`` (a tf_keras data handler) will run, for the next fit's line."""
+    try:
+        per_epoch = int(handler._inferred_steps)  # pylint: disable=protected-access
+        epochs = int(handler._epochs) - int(handler._initial_epoch)  # pylint: disable=protected-access
+        per_execution = int(handler._steps_per_execution.numpy())  # pylint: disable=protected-access
+    except (AttributeError, TypeError, ValueError):
+        return  # an unknown epoch length (a dataset without steps_per_epoch): no line
+    strategy._fit_plan = dict(steps=per_epoch * epochs, epochs=epochs, per_epoch=per_epoch,  # pylint: disable=protected-access
+                              per_execution=max(1, per_execution))
+
+
+def take_plan(strategy):
+    """The plan noted for ``strategy``'s next fit (once), or ``None``."""
+    plan = getattr(strategy, "_fit_plan", None)
+    strategy._fit_plan = None  # pylint: disable=protected-access
+    return plan
+
+
+def install() -> None:
+    """Wraps tf_keras's ``get_data_handler`` (once per process) so that a handler built for
+    a model under a tf-hetero strategy notes its plan on the strategy."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        from tf_keras.src.engine import data_adapter
+
+        original = data_adapter.get_data_handler
+
+        def get_data_handler(*args, **kwargs):
+            handler = original(*args, **kwargs)
+            model = kwargs.get("model")
+            strategy = getattr(model, "distribute_strategy", None)
+            if hasattr(strategy, "_hetero_config"):
+                note_plan(strategy, handler)
+            return handler
+
+        get_data_handler.__wrapped__ = original
+        data_adapter.get_data_handler = get_data_handler
+        _installed = True

@@ -1,0 +1,163 @@
+"""Emulated parameter servers: each PS task is a shared server with a service rate.
+
+A profile with ``ps_mbps`` (and optionally ``ps_slow``, ``ps_interfere``; grammar in
+:mod:`tf_hetero.emulation.profile`) makes every emulated training step, for each PS task it
+touches, request service from that PS: an op *placed on the PS device*, inside a
+``tf.CriticalSection`` created on that PS, sleeps ``bytes x us_per_byte x interference``
+microseconds. ``bytes`` is what the step moves through that PS: the variables it reads from
+it before computing and the gradients it pushes to it after. The critical section's mutex is
+a resource on the PS, so requests from *different workers* queue for it: a PS holding more
+bytes, or a slower PS, delays every step that touches it, and two workers' steps on one PS
+serialize (measured in docs/PSLD.md: 4 tasks of 300 ms service on one PS from 2 workers take
+1.23 s with the critical section, 0.63 s without). The sleeps run on the PS processes, so the
+workers burn no CPU while they wait, as with the device emulation.
+
+Each PS keeps counters in a variable on the PS, updated inside its critical section (so
+never concurrently): bytes served, busy microseconds (service time), wait microseconds (time
+requests queued for the mutex) and requests served. :meth:`EmulatedServers.totals` reads them
+from the chief (one RPC per PS).
+
+Used by :func:`tf_hetero.emulate` (every strategy, stock ``ParameterServerStrategy``
+included); not meant to be called directly. On a cluster::
+
+    tf_hetero.emulate(model, "base_ms=40;ps_mbps=2;ps_slow=1:3", strategy=strategy)
+    model.fit(...)
+    model._tf_hetero_device.servers.totals()   # {"bytes": [...], "busy_s": [...], ...}
+"""
+
+from __future__ import annotations
+
+import re
+
+import tensorflow as tf
+# Constructing the class directly bypasses variable creator scopes (VariableMetaclass only
+# runs them for tf.Variable itself), so a PS counter is never placed by the strategy's
+# round-robin and never counted in its placement.
+from tensorflow.python.ops.resource_variable_ops import ResourceVariable
+
+from tf_hetero.emulation.profile import Profile
+
+__all__ = ["EmulatedServers", "ps_index", "bytes_per_ps", "num_ps"]
+
+#: Counter slots of each PS's counter variable.
+BYTES, BUSY_US, WAIT_US, REQUESTS = range(4)
+
+_PS_TASK = re.compile(r"/job:ps/(?:replica:\d+/)?task:(\d+)")
+
+
+def ps_index(device: str) -> int | None:
+    """The PS task a device string names, or ``None``.
+
+    >>> ps_index("/job:ps/replica:0/task:1/device:CPU:0"), ps_index("/job:worker/task:0")
+    (1, None)
+    """
+    m = _PS_TASK.search(device or "")
+    return int(m.group(1)) if m else None
+
+
+def _leaves(variables):
+    """Variables, with each sharded variable's shards in its place."""
+    for v in variables:
+        shards = getattr(v, "variables", None)  # ShardedVariable
+        if isinstance(shards, (list, tuple)) and shards and shards[0] is not v:
+            yield from shards
+        else:
+            yield v
+
+
+def bytes_per_ps(variables, num_ps_tasks: int) -> list[int]:
+    """Bytes of ``variables`` held by each PS task (variables on no PS are left out)."""
+    out = [0] * num_ps_tasks
+    for v in _leaves(variables):
+        p = ps_index(getattr(v, "device", ""))
+        if p is not None and p < num_ps_tasks:
+            out[p] += int(v.shape.num_elements() * v.dtype.size)
+    return out
+
+
+def num_ps(strategy) -> int:
+    """PS tasks in ``strategy``'s cluster (0 for a strategy without PS tasks)."""
+    # ParameterServerStrategyV2Extended counts them when it connects (pssv2 ~598); the public
+    # strategy.cluster_resolver is None for it.
+    return int(getattr(strategy.extended, "_num_ps", 0) or 0)  # pylint: disable=protected-access
+
+
+class EmulatedServers:
+    """One shared server per PS task: a critical section and counters on the PS device.
+
+    Build it eagerly, after the strategy connected to the cluster (``tf_hetero.emulate`` does).
+    """
+
+    def __init__(self, profile: Profile, num_ps_tasks: int):
+        self.profile = profile
+        self.num_ps = num_ps_tasks
+        self.us_per_byte = profile.ps_us_per_byte(num_ps_tasks)  # checks the PS indices
+        self.devices = [f"/job:ps/replica:0/task:{p}/device:CPU:0" for p in range(num_ps_tasks)]
+        #: Bytes one step reads from / pushes to each PS (set when a step is traced).
+        self.read_bytes: list[int] = [0] * num_ps_tasks
+        self.push_bytes: list[int] = [0] * num_ps_tasks
+        self._sections, self._counters = [], []
+        for device in self.devices:
+            with tf.init_scope(), tf.device(device):
+                self._sections.append(tf.CriticalSection(name="tf_hetero_ps_server"))
+                self._counters.append(ResourceVariable(
+                    tf.zeros([4], tf.int64), trainable=False, name="tf_hetero_ps_counters"))
+
+    def _factor(self, p: int, now: tf.Tensor) -> tf.Tensor:
+        """Interference factor of PS ``p`` at wall time ``now`` (seconds, float64)."""
+        factor = tf.constant(1.0, tf.float64)
+        for i in self.profile.ps_interfere:
+            if i.ps == p:
+                on = tf.math.floormod(now, i.period_s) < i.on_s
+                factor *= tf.where(on, tf.constant(i.factor, tf.float64), 1.0)
+        return factor
+
+    def serve(self, p: int, num_bytes: int, after=()) -> tf.Tensor | None:
+        """In a traced step: PS ``p`` serves ``num_bytes`` once ``after`` ran; returns the
+        end of the service (wait it on the step's path). ``None`` if there is nothing to do."""
+        if num_bytes <= 0 or not self.us_per_byte[p]:
+            return None
+        device, counters = self.devices[p], self._counters[p]
+        with tf.control_dependencies(list(after)):
+            requested = tf.timestamp()
+
+        def service():
+            # Everything here runs on the PS, one request at a time (the mutex is the PS's).
+            with tf.device(device):
+                got = tf.timestamp()
+                us = tf.cast(tf.round(float(num_bytes) * self.us_per_byte[p]
+                                      * self._factor(p, got)), tf.int64)
+                from tf_hetero.emulation.device import sleep_op
+
+                slept = sleep_op(us)
+                with tf.control_dependencies([slept]):
+                    done = tf.timestamp()
+                    busy = tf.cast((done - got) * 1e6, tf.int64)
+                    # requested is an input of this body, so CriticalSection orders the
+                    # lock after it: wait = queueing for the mutex, measured on one clock.
+                    wait = tf.maximum(tf.cast((got - requested) * 1e6, tf.int64), 0)
+                    update = counters.assign_add(
+                        tf.stack([tf.constant(num_bytes, tf.int64), busy, wait,
+                                  tf.constant(1, tf.int64)]))
+                with tf.control_dependencies([update]):
+                    return tf.identity(done)
+
+        with tf.device(device):
+            return self._sections[p].execute(service)
+
+    def serve_all(self, per_ps: list[int], after=()) -> list[tf.Tensor]:
+        """Every PS serves its share of a step at once (requests in parallel, as a step's
+        reads and pushes to different PS tasks are); the ends of the services."""
+        out = [self.serve(p, n, after) for p, n in enumerate(per_ps)]
+        return [t for t in out if t is not None]
+
+    def totals(self) -> dict:
+        """Counters of every PS since the start (read from the PS tasks)::
+
+            {"bytes": [...], "busy_s": [...], "wait_s": [...], "requests": [...]}
+        """
+        values = [c.numpy() for c in self._counters]
+        return {"bytes": [int(v[BYTES]) for v in values],
+                "busy_s": [float(v[BUSY_US]) / 1e6 for v in values],
+                "wait_s": [float(v[WAIT_US]) / 1e6 for v in values],
+                "requests": [int(v[REQUESTS]) for v in values]}

@@ -1,0 +1,235 @@
+"""Variable placement across PS tasks: TensorFlow's round-robin, or load-balanced.
+
+TensorFlow's ``ParameterServerStrategy`` puts the ``k``-th variable it creates on PS
+``k mod num_ps`` whatever its size: a model whose first kernel is large puts most bytes on one
+PS (the digits MLP on 2 PS: 68,096 of 68,904 bytes on PS 0), and that PS serves most of every
+step's reads and pushes. ``placement="balanced"`` (an option of every tf-hetero strategy)
+places each variable, as it is created, on the PS with the least *load per unit of service
+rate* after taking it:
+
+    choose p minimizing (load_p + w) / rate_p,     w = bytes x accesses per step
+
+A trainable variable is read and its gradient pushed once per step (2 accesses), others only
+read (1). ``rate_p`` is the PS's relative service rate: equal, or from a profile's ``ps_mbps``/
+``ps_slow`` (:mod:`tf_hetero.emulation.profile`), so a 3x slower PS is given a third of the
+load. Variables arrive one at a time (tf_keras creates them layer by layer), so the online
+rule is list scheduling. With ``Balanced(model_fn=build)`` the strategy first builds the model
+in a throwaway graph (shapes only, nothing on the cluster), splits its variables the way the
+strategy's ``variable_partitioner`` will, and plans them largest first (LPT, :func:`pack`);
+variables then created in the same order with the same sizes take their planned PS, any
+other goes by the online rule. A variable larger than a fair share cannot be balanced whole:
+give the strategy a ``variable_partitioner`` (e.g.
+``tf.distribute.experimental.partitioners.MinSizePartitioner``) and each shard is placed on its
+own.
+
+This module is pure Python; ``strategies/runtime/placement.py`` applies it at variable
+creation (``HeteroExtended._create_variable_round_robin``).
+
+>>> b = Balanced()
+>>> b.bind(2)
+>>> [b.place(n) for n in (32768, 512, 32768, 256, 2560, 40)]   # the digits MLP's kernels and biases
+[0, 1, 1, 0, 0, 1]
+>>> b.bytes, round(max_over_mean(b.loads), 3)
+([35584, 33320], 1.033)
+>>> r = RoundRobin(); r.bind(2)
+>>> [r.place(n) for n in (32768, 512, 32768, 256, 2560, 40)]
+[0, 1, 0, 1, 0, 1]
+>>> r.bytes, round(max_over_mean(r.loads), 3)
+([68096, 808], 1.977)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+__all__ = ["Placement", "RoundRobin", "Balanced", "make", "pack", "max_over_mean", "PLACEMENTS"]
+
+#: The names ``placement=`` accepts.
+PLACEMENTS = ("round_robin", "balanced")
+
+
+def max_over_mean(loads: Sequence[float]) -> float | None:
+    """Largest load over the mean load (1.0: perfectly even; ``None`` if there is no load).
+
+    >>> max_over_mean([3, 1]), max_over_mean([0, 0])
+    (1.5, None)
+    """
+    loads = list(loads)
+    mean = sum(loads) / len(loads) if loads else 0.0
+    return max(loads) / mean if mean > 0 else None
+
+
+class Placement:
+    """Chooses the PS task of each variable as it is created, and keeps the loads.
+
+    ``loads[p]`` is the bytes PS ``p`` moves per training step for the variables placed so
+    far (bytes x accesses per step). Subclasses implement :meth:`choose`.
+    """
+
+    name = "placement"
+
+    def __init__(self):
+        self.num_ps = 0
+        self.loads: list[float] = []
+        self.bytes: list[int] = []  # bytes held (each variable once)
+        self.placed: list[tuple[str, int, int]] = []  # (name, PS, bytes) in creation order
+
+    def bind(self, num_ps: int) -> None:
+        """Called once the cluster is known (the strategy's PS tasks)."""
+        if num_ps < 1:
+            raise ValueError(f"{type(self).__name__}: a placement needs at least one PS task; "
+                             f"the cluster has {num_ps}. Fix: list PS tasks in TF_CONFIG.")
+        self.num_ps = num_ps
+        self.loads = [0] * num_ps
+        self.bytes = [0] * num_ps
+
+    def choose(self, nbytes: int, accesses: int = 2) -> int | None:
+        """The PS for a new variable of ``nbytes`` (``None``: TensorFlow's round-robin)."""
+        raise NotImplementedError
+
+    def record(self, ps: int, nbytes: int, accesses: int = 2, name: str = "") -> None:
+        """A variable of ``nbytes`` landed on PS ``ps``."""
+        if ps is None or not 0 <= ps < self.num_ps:
+            return
+        self.loads[ps] += nbytes * accesses
+        self.bytes[ps] += nbytes
+        self.placed.append((name, ps, nbytes))
+
+    def place(self, nbytes: int, accesses: int = 2, name: str = "") -> int:
+        """:meth:`choose` then :meth:`record` (the pure path; TF records the real device)."""
+        ps = self.choose(nbytes, accesses)
+        ps = self._next_round_robin() if ps is None else ps
+        self.record(ps, nbytes, accesses, name)
+        return ps
+
+    def _next_round_robin(self) -> int:
+        return len(self.placed) % self.num_ps
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+class RoundRobin(Placement):
+    """TensorFlow's rule, unchanged: the k-th variable on PS k mod num_ps (the default)."""
+
+    name = "round_robin"
+
+    def choose(self, nbytes: int, accesses: int = 2) -> None:
+        return None
+
+
+class Balanced(Placement):
+    """Each variable to the PS with the least load per service rate after taking it.
+
+    Args:
+      rates: relative service rate of each PS (higher is faster), e.g. ``(1, 1/3)`` when PS 1
+        is 3x slower. Default: from the profile ``tf-hetero run --profile`` exported
+        (``TF_HETERO_PROFILE``'s ``ps_mbps``/``ps_slow``), else equal.
+      profile: a profile (spec, dict or :class:`~tf_hetero.emulation.profile.Profile`) to take
+        the rates from instead.
+
+    >>> b = Balanced(rates=(1, 1 / 3)); b.bind(2)
+    >>> [b.place(n) for n in (300, 100, 100, 100)]   # the slow PS gets a quarter of the bytes
+    [0, 1, 0, 0]
+    """
+
+    name = "balanced"
+
+    def __init__(self, rates: Sequence[float] | None = None, profile=None, model_fn=None):
+        super().__init__()
+        #: Builds the model (called once in a throwaway graph to learn the sizes; TF glue).
+        self.model_fn = model_fn
+        self._plan: list[tuple[int, int, int]] = []  # (bytes, accesses, PS), creation order
+        self._next = 0
+        if rates is not None and (not rates or any(not r > 0 for r in rates)):
+            raise ValueError(f"Balanced(rates={tuple(rates)!r}): every rate must be > 0 "
+                             "(relative service rates, e.g. (1, 1/3) when PS 1 is 3x slower).")
+        self._rates = tuple(float(r) for r in rates) if rates is not None else None
+        self._profile = profile
+        self.rates: tuple[float, ...] = ()
+
+    def bind(self, num_ps: int) -> None:
+        super().bind(num_ps)
+        rates = self._rates
+        if rates is None:
+            from tf_hetero.emulation.profile import PROFILE_ENV, Profile
+
+            profile = Profile.parse(self._profile if self._profile is not None
+                                    else os.environ.get(PROFILE_ENV))
+            rates = profile.ps_service_rates(num_ps)
+        if len(rates) != num_ps:
+            raise ValueError(f"Balanced(rates={rates!r}) gives {len(rates)} rates but the "
+                             f"cluster has {num_ps} PS tasks. Fix: give one rate per PS.")
+        self.rates = tuple(rates)
+
+    def set_plan(self, units: Sequence[tuple[int, int]]) -> list[int]:
+        """Plans ``units`` (``(bytes, accesses)`` in creation order) largest first; returns
+        their PS tasks. Call after :meth:`bind`.
+
+        An embedding in 16 shards of 4 KB created before whole dense kernels of 8 KB and 5 KB:
+        online, the shards spread evenly and the kernels land on top (max/mean 1.238 on 4 PS);
+        planned, the kernels go first and the shards fill around them:
+
+        >>> units = [(4096, 2)] * 16 + [(8192, 2), (512, 2), (5120, 2), (40, 2)]
+        >>> b = Balanced(); b.bind(4); _ = b.set_plan(units)
+        >>> _ = [b.place(n) for n, _ in units]
+        >>> b.bytes, round(max_over_mean(b.loads), 3)
+        ([20480, 17960, 20480, 20480], 1.032)
+        """
+        ps = pack([n * a for n, a in units], self.num_ps, self.rates)
+        self._plan = [(n, a, p) for (n, a), p in zip(units, ps)]
+        self._next = 0
+        return ps
+
+    def choose(self, nbytes: int, accesses: int = 2) -> int:
+        if self._next < len(self._plan):
+            n, a, p = self._plan[self._next]
+            if (n, a) == (nbytes, accesses):  # the planned variable, in its planned order
+                self._next += 1
+                return p
+        w = nbytes * accesses
+        # Ties go to the lowest index, so a placement is reproducible run to run.
+        return min(range(self.num_ps), key=lambda p: ((self.loads[p] + w) / self.rates[p], p))
+
+    def __repr__(self):
+        return f"Balanced(rates={self._rates!r})"
+
+
+def make(placement: "str | Placement | None") -> Placement:
+    """A fresh :class:`Placement` from ``placement=`` (a name or an instance).
+
+    >>> make("balanced"), make(None)
+    (Balanced(rates=None), RoundRobin())
+    >>> make("even")
+    Traceback (most recent call last):
+    ...
+    ValueError: placement='even' is not a placement. Fix: use 'round_robin' (TensorFlow's rule, the default) or 'balanced' (tf_hetero.placement.Balanced), or pass a tf_hetero.placement.Placement.
+    """
+    if placement is None or placement == "round_robin":
+        return RoundRobin()
+    if placement == "balanced":
+        return Balanced()
+    if isinstance(placement, Placement):
+        return placement
+    raise ValueError(
+        f"placement={placement!r} is not a placement. Fix: use 'round_robin' (TensorFlow's "
+        "rule, the default) or 'balanced' (tf_hetero.placement.Balanced), or pass a "
+        "tf_hetero.placement.Placement.")
+
+
+def pack(sizes: Sequence[float], num_ps: int, rates: Sequence[float] | None = None) -> list[int]:
+    """Offline greedy bin packing (LPT): largest first, each to the PS with the least load per
+    rate after taking it. Returns the PS of each size, in the input order.
+
+    >>> pack([1, 5, 2, 2, 1], 2)
+    [1, 0, 1, 1, 0]
+    """
+    rates = tuple(rates) if rates is not None else (1.0,) * num_ps
+    loads = [0.0] * num_ps
+    out = [0] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        p = min(range(num_ps), key=lambda p: ((loads[p] + sizes[i]) / rates[p], p))
+        loads[p] += sizes[i]
+        out[i] = p
+    return out
