@@ -16,6 +16,7 @@ _EXPORTS = {
     "BackupWorkerStrategy": "presets", "SSPStrategy": "presets",
     "EPSPStrategy": "epsp", "HPSStrategy": "hps",
     "GroupedSyncStrategy": "grouped", "DynSGDStrategy": "grouped",
+    "CASPStrategy": "casp",
     "ParameterServerError": "runtime.errors",
 }
 

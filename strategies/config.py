@@ -29,7 +29,7 @@ from tf_hetero.engine import LateFolding, LocalAccumulation, TaskTransfer
 from tf_hetero.engine.api import ReportsFigures
 
 __all__ = ["EngineConfig", "batch_sizes", "asp", "bsp", "backup", "ssp", "epsp", "hps",
-           "grouped", "dynsgd",
+           "grouped", "dynsgd", "casp",
            "EPSP_TICK_S", "CODECS", "check_epsp_modes"]
 
 #: Push codecs of H-PS by canonical name (:mod:`tf_hetero.strategies.runtime.quantize`).
@@ -316,3 +316,23 @@ def dynsgd(workers: int, *, stall_timeout_s: float = 600.0) -> EngineConfig:
     return dataclasses.replace(
         grouped(workers, groups=[[w] for w in range(workers)], lr_rule="none",
                 staleness="inverse", stall_timeout_s=stall_timeout_s), name="dynsgd")
+
+
+def casp(workers: int, *, agent=None, decide_every: int = 10, greedy: bool = True,
+         lr_rule: str = "linear", staleness: str = "none",
+         stall_timeout_s: float = 600.0) -> EngineConfig:
+    """CASP (arguments: :class:`~tf_hetero.strategies.casp.CASPStrategy`): grouped sync
+    whose communities the agent of :mod:`tf_hetero.policies.community` decides.
+
+    >>> casp(4).grouping
+    CommunityGroups(every=10, max_k=4, greedy=True)
+    """
+    from tf_hetero.policies.community import CommunityGroups
+
+    try:
+        grouping = CommunityGroups(agent, every=decide_every, greedy=greedy)
+    except ValueError as e:
+        raise ValueError(f"CASPStrategy: {e}") from None
+    return EngineConfig("casp", sync=policies.AllTasks(), assign=policies.OnePerWorker(),
+                        grouping=grouping, update_scale=policies.GroupScale(lr_rule, staleness),
+                        stall_timeout_s=stall_timeout_s)

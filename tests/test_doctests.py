@@ -19,8 +19,8 @@ PURE = [
     "tf_hetero.policies.gate", "tf_hetero.policies.late", "tf_hetero.policies.transfer",
     "tf_hetero.policies.estimate", "tf_hetero.policies.group", "tf_hetero.policies.scale",
     "tf_hetero.telemetry.records", "tf_hetero.telemetry.monitor", "tf_hetero.telemetry.perf",
-    "tf_hetero.telemetry.tasklog",
-    "tf_hetero.cluster.tf_config", "tf_hetero.emulation.profile",
+    "tf_hetero.telemetry.tasklog", "tf_hetero.telemetry.psload", "tf_hetero.placement",
+    "tf_hetero.cluster.tf_config", "tf_hetero.cluster.reach", "tf_hetero.emulation.profile",
     "tf_hetero.strategies.registry", "tf_hetero.strategies.runtime.tags",
     "tf_hetero.strategies.config", "tf_hetero.tools.tfjob", "tf_hetero.tflogs",
     "tf_hetero.sim", "tf_hetero.sim.events", "tf_hetero.sim.costs", "tf_hetero.sim.learner",
@@ -29,8 +29,9 @@ PURE = [
     "tf_hetero.tools.scenarios",
 ]
 #: Modules whose examples need TensorFlow (imported, no cluster).
-WITH_TF = ["tf_hetero", "tf_hetero.strategies.presets",
-           "tf_hetero.strategies.runtime.accumulate", "tf_hetero.strategies.runtime.quantize"]
+WITH_TF = ["tf_hetero", "tf_hetero.strategies.presets", "tf_hetero.strategies.runtime.fitplan",
+           "tf_hetero.strategies.runtime.accumulate", "tf_hetero.strategies.runtime.quantize",
+           "tf_hetero.emulation.ps", "tf_hetero.tools.bench"]
 
 
 @pytest.mark.parametrize("name", PURE + WITH_TF)

@@ -4,12 +4,14 @@ The public API, re-exported here (loaded lazily, so ``import tf_hetero`` is quic
 modules work without importing TensorFlow):
 
 - cluster launch (:mod:`tf_hetero.cluster`): :class:`LocalCluster`, :func:`run`,
-  :func:`serve`, :func:`cluster_resolver`, :func:`parse_tf_config`, :class:`TFConfigError`
+  :func:`serve`, :func:`cluster_resolver`, :func:`parse_tf_config`, :class:`TFConfigError`,
+  :func:`wait_for_cluster` (a bounded wait for the servers, also before stock PSS)
 - heterogeneity emulation (:mod:`tf_hetero.emulation`): :class:`Profile`, :func:`emulate`
 - strategies (:mod:`tf_hetero.strategies`): :class:`HeteroStrategy` and the named strategies
   :class:`ASPStrategy`, :class:`BSPStrategy`, :class:`BackupWorkerStrategy`,
   :class:`SSPStrategy`, :class:`EPSPStrategy` (Falcon), :class:`HPSStrategy` (H-PS),
-  :class:`GroupedSyncStrategy` (grouped hybrid sync), :class:`DynSGDStrategy`
+  :class:`GroupedSyncStrategy` (grouped hybrid sync), :class:`DynSGDStrategy`,
+  :class:`CASPStrategy` (communities chosen by a trained agent)
 - measurement (:mod:`tf_hetero.telemetry`) and Keras callbacks (:mod:`tf_hetero.callbacks`):
   :class:`Monitor`, :class:`TaskLog`, :class:`MonitorLogs`, :class:`Progress`
 - the pure layers: :mod:`tf_hetero.engine` (round engine and its contracts),
@@ -38,6 +40,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "LocalCluster": "tf_hetero.cluster.local",
     "ClusterStartError": "tf_hetero.cluster.local",
+    "wait_for_cluster": "tf_hetero.cluster.reach",
+    "ClusterUnreachableError": "tf_hetero.cluster.reach",
     "run": "tf_hetero.cluster.roles",
     "serve": "tf_hetero.cluster.roles",
     "cluster_resolver": "tf_hetero.cluster.roles",
@@ -62,6 +66,7 @@ _EXPORTS = {
     "HPSStrategy": "tf_hetero.strategies",
     "GroupedSyncStrategy": "tf_hetero.strategies",
     "DynSGDStrategy": "tf_hetero.strategies",
+    "CASPStrategy": "tf_hetero.strategies",
     "ParameterServerError": "tf_hetero.strategies",
     "DivergenceError": "tf_hetero.policies.diverge",
 }

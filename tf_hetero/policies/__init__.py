@@ -11,6 +11,7 @@ per family, each implementing one Protocol of :mod:`tf_hetero.engine.api`.
 - :mod:`~tf_hetero.policies.estimate` -- the one task-time estimator (smoothed_time,
   StragglerProjection) and its warm-up rule;
 - :mod:`~tf_hetero.policies.group` -- ``groups(ctx)``: FixedGroups, SpeedGroups;
+  :mod:`~tf_hetero.policies.community` -- CommunityGroups (CASP: an A3C-trained agent);
 - :mod:`~tf_hetero.policies.scale` -- ``scale(group size, workers, staleness, fraction)``:
   GroupScale (grouped sync, DynSGD), SampledScale (EPSP slack);
 - :mod:`~tf_hetero.policies.diverge` -- ``check(round, gradient norm)``: DivergenceGuard.
@@ -21,6 +22,7 @@ from tf_hetero.policies.assign import (BalancedBatches, ElasticParallelism, OneP
 from tf_hetero.policies.diverge import DivergenceError, DivergenceGuard
 from tf_hetero.policies.estimate import (Projection, StragglerProjection, smoothed_time, warm)
 from tf_hetero.policies.gate import StalenessBound, Unbounded
+from tf_hetero.policies.community import CommunityGroups
 from tf_hetero.policies.group import FixedGroups, SpeedGroups
 from tf_hetero.policies.scale import GroupScale, SampledScale
 from tf_hetero.policies.late import StalenessWeight
@@ -31,4 +33,4 @@ __all__ = ["Async", "AllTasks", "FirstK", "SlackSync", "OnePerWorker", "OnePerId
            "ElasticParallelism", "SpeedProportional", "BalancedBatches", "Unbounded", "StalenessBound",
            "StalenessWeight", "TransferAfter", "Projection", "StragglerProjection",
            "smoothed_time", "warm", "DivergenceGuard", "DivergenceError", "FixedGroups",
-           "SpeedGroups", "GroupScale", "SampledScale"]
+           "SpeedGroups", "GroupScale", "SampledScale", "CommunityGroups"]

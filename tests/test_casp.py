@@ -1,0 +1,310 @@
+"""CASP (pure, no cluster): the action space, the actor-critic and A3C, the shipped agent, the
+strategy's registry entry and config, and CASP on the simulator."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import itertools
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tf_hetero.policies.community import (A3C, DEFAULT_WEIGHTS, MAX_K, STATE_SIZE,
+                                          ActorCritic, CommunityGroups, communities,
+                                          state_features)
+from tf_hetero.policies.group import GroupContext, normalize_groups
+
+MODULES = ["tf_hetero.policies.community", "tf_hetero.sim.casp_env",
+           "tf_hetero.tools.train_casp", "tf_hetero.strategies.config"]
+
+
+# ------------------------------------------------------------------ the action space
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 10, 16, 33])
+def test_every_action_maps_to_valid_contiguous_communities_for_any_worker_count(n):
+    rng = random.Random(n)
+    for trial, k in itertools.product(range(3), range(1, MAX_K + 3)):
+        times = {w: rng.choice([0.1, 0.2, 0.4, 0.8]) * rng.uniform(0.9, 1.1) for w in range(n)}
+        groups = communities(times, k)
+        assert normalize_groups(groups, n) == groups  # each worker in exactly one
+        assert 1 <= len(groups) <= min(k, n)
+        # contiguous in speed: every member of a slower community is slower than every
+        # member of a faster one
+        spans = sorted((min(times[w] for w in g), max(times[w] for w in g)) for g in groups)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_a_lone_straggler_is_its_own_community_at_k_2():
+    assert communities({0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4}, 2) == ((0, 1, 2), (3,))
+
+
+def test_k_communities_form_when_there_are_k_distinct_speeds_and_never_split_equals():
+    times = {w: 0.1 * 2 ** (w % 4) for w in range(12)}  # four speeds, 2x apart
+    for k in range(1, 7):
+        assert len(communities(times, k)) == min(k, 4)
+    assert communities({w: 0.1 for w in range(5)}, 4) == ((0, 1, 2, 3, 4),)
+
+
+def test_communities_rejects_a_bad_k_naming_it():
+    with pytest.raises(ValueError, match=r"k=0: need a number of communities >= 1"):
+        communities({0: 1.0}, 0)
+
+
+@pytest.mark.parametrize("n", [1, 4, 9, 100])
+def test_the_state_has_the_same_length_for_any_worker_count(n):
+    times = {w: 0.1 * (1 + w % 3) for w in range(n)}
+    s = state_features(times, {w: 0.1 for w in range(n)}, current_k=2, rate=0.5,
+                       staleness=1.0, tasks_done=100)
+    assert s.shape == (STATE_SIZE,) and np.all(np.isfinite(s))
+
+
+def test_the_state_rejects_unmeasured_workers():
+    with pytest.raises(ValueError, match="must be finite and > 0"):
+        state_features({0: 0.1, 1: float("nan")}, {}, current_k=1)
+
+
+# ---------------------------------------------------------- the actor-critic and A3C
+class ContextBandit:
+    """Two kinds of cluster, seen in the state: on 'uniform' the right k is 1, on 'one
+    straggler' it is 2 (reward 1 for the right k, 0 otherwise, plus noise)."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def _state(self):
+        self.kind = int(self.rng.integers(2))
+        times = {0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4 if self.kind else 0.1}
+        return state_features(times, {}, current_k=1)
+
+    def reset(self):
+        return self._state()
+
+    def step(self, action):
+        reward = float(action == self.kind) + self.rng.normal(0, 0.3)
+        return self._state(), reward, True, {}
+
+
+def _train_bandit(lr, episodes=300):
+    net = ActorCritic(STATE_SIZE, MAX_K, hidden=16, seed=1)
+    agent = A3C(net, [ContextBandit(s) for s in range(3)], lr=lr, seed=0)
+    history = agent.train(episodes)
+    return net, agent, history
+
+
+def _picks(net):
+    uniform = state_features({w: 0.1 for w in range(4)}, {}, current_k=1)
+    straggler = state_features({0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4}, {}, current_k=1)
+    return net.act(uniform) + 1, net.act(straggler) + 1
+
+
+def test_a3c_learns_the_right_k_for_each_kind_of_cluster():
+    net, agent, history = _train_bandit(lr=0.01)
+    assert _picks(net) == (1, 2)
+    returns = [h[2] for h in history]
+    assert np.mean(returns[-100:]) > np.mean(returns[:100]) + 0.3
+    value_loss = [x[2] for x in agent.losses]
+    assert np.mean(value_loss[-50:]) < np.mean(value_loss[:50])
+
+
+def test_without_learning_the_agent_does_not_find_the_right_k():
+    """The control: the same run with the learning rate at 0 (no update reaches the global
+    parameters) does not get both right."""
+    net, _, history = _train_bandit(lr=0.0)
+    assert _picks(net) != (1, 2)
+    assert np.mean([h[2] for h in history[-100:]]) < 0.6
+
+
+def test_a3c_learners_act_on_their_own_copy_of_the_global_parameters():
+    net = ActorCritic(STATE_SIZE, MAX_K, hidden=8, seed=0)
+    agent = A3C(net, [ContextBandit(0), ContextBandit(1)], n_steps=3, lr=0.01, seed=0)
+    before = net.copy_params()
+    agent.train(6)
+    assert agent.updates == 6  # one update per finished one-step episode
+    assert any(not np.allclose(before[k], net.params[k]) for k in before)
+
+
+def test_gradients_match_finite_differences():
+    net = ActorCritic(5, 3, hidden=4, seed=3)
+    rng = np.random.default_rng(0)
+    x, a, ret = rng.normal(size=(6, 5)), rng.integers(3, size=6), rng.normal(size=6)
+    grads, _ = net.gradients(x, a, ret, entropy=0.0, value_coef=1.0)
+
+    def critic_loss(params):  # the value part of the loss (the advantage is held fixed)
+        v = net.forward(x, params)[1]
+        return float(((ret - v) ** 2).mean() / 2)
+
+    p = net.copy_params()
+    eps = 1e-6
+    p["bv"][0] += eps
+    up = critic_loss(p)
+    p["bv"][0] -= 2 * eps
+    down = critic_loss(p)
+    assert grads["bv"][0] == pytest.approx((up - down) / (2 * eps), rel=1e-4)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    net = ActorCritic(STATE_SIZE, MAX_K, seed=4)
+    net.save(tmp_path / "a.npz", episodes=3)
+    back = ActorCritic.load(str(tmp_path / "a.npz"))
+    assert back.meta["episodes"] == 3
+    s = np.linspace(0, 1, STATE_SIZE)
+    np.testing.assert_allclose(back.forward(s)[0], net.forward(s)[0])
+
+
+def test_a_missing_weights_file_says_how_to_make_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train_casp"):
+        CommunityGroups(str(tmp_path / "none.npz"))
+
+
+def test_an_agent_of_the_wrong_shape_is_refused():
+    with pytest.raises(ValueError, match="retrain it"):
+        CommunityGroups(ActorCritic(3, MAX_K))
+
+
+# ------------------------------------------------------------------ the shipped agent
+class _Monitor:
+    """What the monitor shows after ``rounds`` BSP rounds on workers of these task times."""
+
+    def __init__(self, times, rounds=20):
+        from tf_hetero.telemetry.records import TaskRecord
+
+        self._d = {w: [t] * rounds for w, t in times.items()}
+        span = max(times.values())
+        self.tasks = [TaskRecord(w, r * span, r * span + t, True, 0, r, 1)
+                      for r in range(rounds) for w, t in times.items()]
+        self.now, self.events = rounds * span, []
+
+    def durations(self, w):
+        return self._d[w]
+
+    def clock(self):
+        return self.now
+
+    def on_event(self, name, **fields):
+        self.events.append((name, fields))
+
+
+def _decide(times):
+    n = len(times)
+    policy = CommunityGroups()
+    first = policy.groups(GroupContext(tuple(range(n)), None, 0, None, n))
+    proposal = policy.groups(GroupContext(tuple(range(n)), first, 10, _Monitor(times), n))
+    return policy.decisions[-1][1], proposal or first
+
+
+def test_the_shipped_weights_load_and_keep_equal_workers_in_one_community():
+    k, groups = _decide({w: 0.1 for w in range(6)})
+    assert k == 1 and groups == (tuple(range(6)),)
+
+
+def test_the_shipped_agent_puts_a_clear_4x_straggler_in_a_community_of_its_own():
+    for n in (4, 6, 8):
+        times = {w: 0.1 for w in range(n)}
+        times[n - 1] = 0.4
+        k, groups = _decide(times)
+        assert groups == (tuple(range(n - 1)), (n - 1,)), (n, k)
+
+
+def test_the_shipped_weights_are_in_the_package():
+    import tomllib
+
+    assert DEFAULT_WEIGHTS.endswith("tf_hetero/resources/casp_agent.npz")
+    with open("pyproject.toml", "rb") as f:
+        data = tomllib.load(f)["tool"]["setuptools"]["package-data"]["tf_hetero"]
+    assert "resources/*.npz" in data
+    assert ActorCritic.load(DEFAULT_WEIGHTS).meta["episodes"] > 0
+
+
+# ---------------------------------------------------------- the strategy's entry and config
+def test_casp_is_registered_and_its_config_round_trips():
+    from tf_hetero.strategies import config as configs, registry
+
+    assert "casp" in registry.names()
+    assert registry.parse("casp") == ("casp", None)
+    c = registry.engine_config("casp", 4)
+    assert c.name == "casp" and isinstance(c.grouping, CommunityGroups)
+    assert c.uses_engine and c.sync.mode == "rounds"
+    assert registry.updates_per_round("casp", 4) == 4  # lr set for the cluster's batch
+    assert configs.casp(4, decide_every=5, greedy=False).grouping.every == 5
+    assert c.grouping.summary in c.summaries()
+
+
+def test_casp_config_errors_name_the_value_and_the_fix():
+    from tf_hetero.strategies import config as configs
+
+    with pytest.raises(ValueError, match=r"CASPStrategy: CommunityGroups\(every=0\)"):
+        configs.casp(4, decide_every=0)
+    with pytest.raises(ValueError, match="lr_rule"):
+        configs.casp(4, lr_rule="quadratic")
+
+
+def test_casp_takes_no_number_after_its_name():
+    from tf_hetero.strategies import registry
+
+    with pytest.raises(ValueError, match="takes no number"):
+        registry.parse("casp3")
+
+
+# -------------------------------------------------------------- CASP on the simulator
+def test_casp_on_the_simulator_applies_every_task_once_and_logs_its_decisions():
+    from tf_hetero.sim.casp_env import bench_config
+    from tf_hetero.sim.costs import CostModel
+    from tf_hetero.sim.run import Simulation
+
+    cfg = bench_config(4, "slow=3:4", rounds=40)
+    sim = Simulation("casp", cfg, CostModel(), learn=True)
+    result = sim.result(sim.fit())
+    assert result["tasks"] == result["applied_tasks"] == 160
+    tasks = [t for r in sim.engine.rounds for t in r.tasks]
+    assert len(tasks) == len({id(t) for t in tasks}) == 160
+    assert sim.config.grouping.decisions  # the agent decided at round boundaries
+    summary = sim.monitor.summary()
+    assert 1 <= summary["casp_mean_k"] <= MAX_K
+    assert any(e[1] == "community_decision" for e in sim.monitor.events)
+    assert result["final_accuracy"] > 0.8
+
+
+@pytest.mark.parametrize("progress", ["loss", "accuracy"])
+def test_the_training_environment_runs_episodes_to_their_horizon_or_target(progress):
+    from tf_hetero.sim.casp_env import SimEnv
+    from tf_hetero.sim.costs import CostModel
+
+    env = SimEnv(CostModel(), seed=0, horizon_s=8.0, progress=progress)
+    state, done, steps = env.reset(), False, 0
+    while not done:
+        state, reward, done, info = env.step(steps % MAX_K)
+        steps += 1
+        assert np.isfinite(reward) and state.shape == (STATE_SIZE,)
+        if progress == "accuracy":
+            assert reward < 0  # every second before the target costs
+    assert info["t_s"] >= 8.0 or info["accuracy"] >= 0.9
+    assert steps >= 2
+    env.reset()  # an episode left half way is abandoned cleanly
+    env.close()
+
+
+def test_the_environment_rejects_an_unknown_progress_measure():
+    from tf_hetero.sim.casp_env import SimEnv
+    from tf_hetero.sim.costs import CostModel
+
+    with pytest.raises(ValueError, match="progress='speed'"):
+        SimEnv(CostModel(), progress="speed")
+
+
+# ------------------------------------------------------------------------ documentation
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_hold(name):
+    results = doctest.testmod(importlib.import_module(name))
+    assert results.failed == 0 and results.attempted > 0
+
+
+def test_casp_modules_import_no_tensorflow():
+    code = ("import sys; " + "; ".join(f"import {m}" for m in MODULES) +
+            "; bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tf_keras')];"
+            " sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
