@@ -26,6 +26,45 @@ Lanes beyond the workers' take the copies made by task transfer (EPSP), so a los
 never mixes with its worker's other gradients. A task learns its round and lane from its
 *task code* argument (:func:`task_code`). Accumulator memory is ``2 x lanes`` copies of the
 trainable variables on the PS tasks.
+
+Sparse gradients (``IndexedSlices``, e.g. ``keras.layers.Embedding``; docs/SPARSE.md):
+
+- A task sums its slices per row on the worker (:func:`unique_rows`) and writes only those
+  rows into its lane (``gather_nd``/``scatter_nd_update`` at ``[slot, lane, row]`` on the PS):
+  only the rows' values and their int64 indices cross the network.
+- Overwrite-vs-add is kept *per row*. Each lane (and slot) has a *generation*
+  (``gens[lane, slot]``, int64), which a fresh write (the lane's tag held another round)
+  advances by one; a sparse-mode variable has row tags ``rows[slot, lane, row]`` (int64, the
+  generation that last wrote the row; ``-1`` never). A write overwrites a row whose tag is
+  not the lane's current generation and adds to one that is, then sets the rows' tags; the
+  lane's round tag and count are kept as for dense variables. Rows an older generation left
+  in the lane are never zeroed: the apply ignores any row whose tag is not its lane's
+  generation. So a lane holds exactly what a dense lane would: the writes since its round's
+  first one (a generation, not the round id, so this holds however writes of different
+  rounds interleave on a lane). Why this scheme: zeroing the lane on a fresh round costs the
+  full dense size; zeroing only the rows the older round wrote needs a per-lane list of them
+  (a variable-length PS buffer, or a bounded one that can overflow) and a zeroing scatter
+  before each round's first write; a tag per row costs ``8 x 2 x lanes x rows`` bytes of PS
+  memory (for a ``[rows, d]`` float32 table, ``2 / d`` of its accumulator), one extra
+  gather and scatter of ``k`` int64 per write, and no zeroing ever.
+- The round's apply scans the row tags (``[2, lanes, rows]``, on the PS), gathers only the
+  rows that some included lane (its tag the expected round) wrote in its current
+  generation, sums them with the lanes'
+  weights (fold weights included), divides by the micro-batches and passes the mean to the
+  optimizer as ``IndexedSlices`` (unique, sorted rows) -- what stock large-batch training
+  passes for the concatenated batch, after tf_keras deduplicates it. tf_keras' SGD (momentum
+  too) and Adam (new and legacy) update sparse gradients with the same arithmetic as dense ones
+  (their moments decay on every row), so both paths equal one large-batch step (tested to
+  1e-5, ``tests/test_strategies_sparse_inprocess.py``).
+- A variable's mode is fixed by its first traced write: sparse if that gradient was
+  ``IndexedSlices``. A later dense gradient of a sparse-mode variable writes every row with
+  row tags; a later ``IndexedSlices`` of a dense-mode variable is densified. Once a round's
+  apply is traced, undecided variables stay dense.
+- Measured (10,000 x 16 float32 embedding + a 16 x 3 dense layer, batches of 32 ids, one
+  micro-batch per task): 640,204 bytes per write dense, 2,508 sparse (32 rows x (64 + 8) +
+  204); :meth:`Accumulators.traffic` counts it on the PS.
+- Local accumulation (H-PS, :mod:`~tf_hetero.strategies.runtime.local_push`) still densifies:
+  its per-worker buffers and (quantized) pushes are dense, so a push costs the full size.
 """
 
 from __future__ import annotations
@@ -37,7 +76,8 @@ import tensorflow as tf
 
 __all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "decode_code",
            "decode_size", "SIZE_CODE",
-           "LANE_CODE", "NO_ROUND", "dense", "weigh", "current_worker", "patch_lock"]
+           "LANE_CODE", "NO_ROUND", "dense", "weigh", "unique_rows", "current_worker",
+           "patch_lock"]
 
 #: A task's code packs its round, its accumulator slot, its push flags (local accumulation,
 #: see :mod:`tf_hetero.strategies.runtime.local_push`), its size (granules of samples its
@@ -243,7 +283,21 @@ class Accumulators:
                                         trainable=False, name="tf_hetero_acc_tags")
                 self.counts = tf.Variable(tf.zeros([num_lanes, 2], tf.int64),
                                           trainable=False, name="tf_hetero_acc_counts")
+                # Sparse mode: a lane's generation, + 1 on each fresh (overwriting) write;
+                # a row counts in the lane if its row tag equals it.
+                self.gens = tf.Variable(tf.zeros([num_lanes, 2], tf.int64), trainable=False,
+                                        name="tf_hetero_acc_gens")
+                # [writes, bytes]: what the writes brought to the PS (see `traffic`).
+                self.received = tf.Variable(tf.zeros([2], tf.int64), trainable=False,
+                                            name="tf_hetero_acc_received")
+        #: Dense figure: every variable's full size (a sparse write moves less, `traffic`).
         self.bytes_per_push = sum(v.shape.num_elements() * v.dtype.size for v in self.variables)
+        # Sparse mode (IndexedSlices): row tags [2 slots, lanes, rows] per variable (the lane
+        # generation that last wrote the row), made on the first write that needs them;
+        # `_mode[i]` is fixed by variable i's first write.
+        self.rows: list = [None] * len(self.variables)
+        self._mode: dict = {}
+        self._frozen = False
 
     def covers(self, variables) -> bool:
         return all(v.ref() in self._index for v in variables)
@@ -252,38 +306,116 @@ class Accumulators:
         """Position of ``variable`` among the accumulated variables."""
         return self._index[variable.ref()]
 
+    def traffic(self) -> tuple[int, int]:
+        """``(writes, bytes)``: the lane writes so far and the gradient bytes they brought to
+        the PS tasks (a dense variable: its full size; a sparse one: the rows written, values
+        and int64 row indices; a push's codec payload when the pusher says so). Counted on
+        the PS from the shapes of the tensors each write received."""
+        writes, received = (int(x) for x in self.received.read_value().numpy())
+        return writes, received
+
+    def is_sparse(self, variable) -> bool:
+        """Whether ``variable``'s gradient accumulates as rows (it came as IndexedSlices)."""
+        return self._mode.get(self.index_of(variable)) == "sparse"
+
+    def _sparse(self, i: int) -> bool:
+        """Variable ``i`` accumulates as rows; decided by its first write (see module notes)."""
+        if i not in self._mode:
+            self._mode[i] = "dense" if self._frozen else "sparse"
+        if self._mode[i] == "sparse" and self.rows[i] is None:
+            v = self.variables[i]
+            with tf.init_scope():
+                inside = (tf.distribute.has_strategy()
+                          and tf.distribute.get_strategy() is self.strategy)
+                with contextlib.nullcontext() if inside else self.strategy.scope():
+                    with self.strategy.extended.colocate_vars_with(v):
+                        self.rows[i] = tf.Variable(
+                            tf.fill([2, self.num_lanes, v.shape[0]],
+                                    tf.constant(-1, tf.int64)),
+                            trainable=False, name=_clean(v.name) + "/tf_hetero_acc_rows",
+                            aggregation=tf.VariableAggregation.NONE)
+        return self._mode[i] == "sparse"
+
     def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
         """In a task: add this micro-batch's gradients to its lane of its round's slot.
 
         ``code`` is :func:`task_code` (round and lane); a negative code marks a task whose
-        round closed before it started: it writes nothing.
+        round closed before it started: it writes nothing. An ``IndexedSlices`` gradient is
+        summed per row on the worker and only its rows cross to the PS (sparse mode).
         """
         round_id, slot, _, lane = decode_code(code)
         lane = tf.where(lane >= 0, lane, current_worker())
         # A task of n granules computed the mean gradient of its n granules: it weighs n.
         n = decode_size(code)
-        values = {self._index[v.ref()]: (lambda g=dense(g): weigh(g, n)) for g, v in grads_and_vars}
+        values = {}
+        for g, v in grads_and_vars:
+            i = self._index[v.ref()]
+            if isinstance(g, tf.IndexedSlices) and self._sparse(i):
+                values[i] = lambda g=g: unique_rows(g, n)
+            else:
+                self._mode.setdefault(i, "dense")
+                values[i] = lambda g=dense(g): weigh(g, n)
         return tf.cond(code >= 0, lambda: self.write(values, round_id, slot, lane, n),
                        lambda: tf.constant(False))
 
-    def write(self, values: dict, round_id, slot, lane, micro_batches) -> tf.Tensor:
+    def write(self, values: dict, round_id, slot, lane, micro_batches,
+              payload_bytes: int | None = None) -> tf.Tensor:
         """Adds gradients to ``lane`` of ``slot`` for ``round_id`` (the first write of a round
-        overwrites what the lane held) and ``micro_batches`` to its count.
+        overwrites what the lane held; in sparse mode, what each *row* held) and
+        ``micro_batches`` to its count.
 
-        ``values[i]`` is a callable that makes variable ``i``'s gradient; it is called under
-        the accumulator's PS device, so whatever it reads from the worker (e.g. a quantized
-        payload it decodes) is what crosses the network.
+        ``values[i]`` is a callable that makes variable ``i``'s gradient: a dense tensor, or
+        (sparse mode) ``IndexedSlices`` with unique indices (:func:`unique_rows`). A dense
+        one is called under the accumulator's PS device, so whatever it reads from the
+        worker (e.g. a quantized payload it decodes) is what crosses the network; a sparse
+        one on the worker, and only its rows and indices cross. ``payload_bytes`` (a push's
+        codec payload) replaces the dense bytes counted in :meth:`traffic`.
         """
         tag = tf.gather_nd(self.tags, [[lane, slot]])[0]
         fresh = tf.not_equal(tag, round_id)
+        # The lane's generation after this write: a fresh write starts a new one, so rows
+        # written before it (by any round) no longer count, as a dense overwrite would.
+        gen = tf.gather_nd(self.gens, [[lane, slot]])[0] + tf.cast(fresh, tf.int64)
         idx = tf.stack([slot, lane])[None]
         updates = []
+        nbytes = tf.constant(0, tf.int64)
         for i, make in sorted(values.items()):
             acc = self.acc[i]
-            with tf.device(acc.device):  # add on the PS: the gradient crosses once
-                g = tf.cast(make(), acc.dtype)
-                old = tf.gather_nd(acc, idx)[0]
-                updates.append(acc.scatter_nd_update(idx, tf.where(fresh, g, old + g)[None]))
+            v = self.variables[i]
+            if self._mode.setdefault(i, "dense") == "dense":
+                with tf.device(acc.device):  # add on the PS: the gradient crosses once
+                    g = tf.cast(dense(make()), acc.dtype)
+                    old = tf.gather_nd(acc, idx)[0]
+                    updates.append(acc.scatter_nd_update(idx, tf.where(fresh, g, old + g)[None]))
+                nbytes += v.shape.num_elements() * v.dtype.size
+                continue
+            g = make()  # sparse mode: on the worker (rows summed there)
+            rows = self.rows[i]
+            if isinstance(g, tf.IndexedSlices):
+                with tf.device(acc.device):
+                    at = tf.stack([tf.fill(tf.shape(g.indices), slot),
+                                   tf.fill(tf.shape(g.indices), lane), g.indices], axis=1)
+                    vals = tf.cast(g.values, acc.dtype)
+                    row_fresh = tf.not_equal(tf.gather_nd(rows, at), gen)
+                    old = tf.gather_nd(acc, at)
+                    new = tf.where(_column(row_fresh, acc.shape.rank - 3), vals, old + vals)
+                    updates.append(acc.scatter_nd_update(at, new))
+                    updates.append(rows.scatter_nd_update(at, tf.fill(tf.shape(g.indices),
+                                                                      gen)))
+                row_bytes = v.shape[1:].num_elements() * v.dtype.size + 8
+                nbytes += tf.size(g.indices, out_type=tf.int64) * row_bytes
+            else:  # a dense gradient of a sparse-mode variable: every row, by row tags
+                with tf.device(acc.device):
+                    g = tf.cast(g, acc.dtype)
+                    row_fresh = tf.not_equal(tf.gather_nd(rows, idx)[0], gen)
+                    old = tf.gather_nd(acc, idx)[0]
+                    new = tf.where(_column(row_fresh, acc.shape.rank - 3), g, old + g)
+                    updates.append(acc.scatter_nd_update(idx, new[None]))
+                    updates.append(rows.scatter_nd_update(
+                        idx, tf.fill([1, v.shape[0]], gen)))
+                nbytes += v.shape.num_elements() * v.dtype.size
+        if payload_bytes is not None:
+            nbytes = tf.constant(payload_bytes, tf.int64)
         with tf.control_dependencies(updates):
             with tf.device(self.tags.device):
                 n = tf.cast(micro_batches, tf.int64)
@@ -291,7 +423,10 @@ class Accumulators:
                 new_count = tf.where(fresh, n, count + n)
                 c = self.counts.scatter_nd_update([[lane, slot]], new_count[None])
                 t = self.tags.scatter_nd_update([[lane, slot]], round_id[None])
-        with tf.control_dependencies([c, t]):
+                e = self.gens.scatter_nd_update([[lane, slot]], gen[None])
+                r = self.received.assign_add(tf.stack([tf.constant(1, tf.int64),
+                                                       tf.cast(nbytes, tf.int64)]))
+        with tf.control_dependencies([c, t, e, r]):
             return tf.constant(True)
 
     def make_apply_fn(self, optimizer):
@@ -300,14 +435,21 @@ class Accumulators:
 
         ``weights[lane, slot]`` (float) says how much each micro-batch in that accumulator
         lane counts (1 for the closing round, less for a late gradient folded in, 0 for the
-        rest); a lane counts only if its tag equals ``expected[lane, slot]``. The update is
-        the weighted mean ``sum(w * acc) / sum(w * count)``, times ``scale`` (a float32 scalar:
-        the round's :class:`~tf_hetero.engine.api.UpdateScale`, 1 for most). Returns ``[micro-batches it
+        rest); a lane counts only if its tag equals ``expected[lane, slot]`` (in sparse mode,
+        a row of it only if its row tag does too). The update is the weighted mean
+        ``sum(w * acc) / sum(w * count)``, times ``scale`` (a float32 scalar:
+        the round's :class:`~tf_hetero.engine.api.UpdateScale`, 1 for most). A sparse-mode
+        variable's mean goes to the optimizer as ``IndexedSlices`` of the rows the included
+        lanes wrote (unique, sorted), as a stock step on the concatenated batch passes
+        ``IndexedSlices``. Returns ``[micro-batches it
         contains, global norm of the mean gradient]`` (float64); a gradient that is not finite
         goes in as zeros (the weights stay finite; a momentum optimizer still moves once) and
         the engine stops training (:mod:`tf_hetero.policies.diverge`).
         """
         strategy = self.strategy
+        # A variable no write has decided yet stays dense from now on: the apply is traced.
+        self._frozen = True
+        sparse = [self._mode.get(i) == "sparse" for i in range(len(self.acc))]
 
         @tf.function
         def apply_fn(weights, expected, scale):
@@ -321,14 +463,19 @@ class Accumulators:
                 # are colocated with the variables. So an apply moves no gradient over the
                 # network (as a worker-side apply did: there, twice).
                 grads, squares = [], []
-                for acc in self.acc:
+                for i, acc in enumerate(self.acc):
                     with tf.device(acc.device):
                         w = tf.cast(tf.transpose(valid), acc.dtype)  # [slot, lane]
-                        total = tf.tensordot(w, acc, axes=[[0, 1], [0, 1]])
-                        g = (total / tf.cast(tf.maximum(n, 1e-6), acc.dtype)
-                             * tf.cast(scale, acc.dtype))
+                        if sparse[i]:
+                            g = self._sparse_mean(i, w, tf.transpose(self.gens), n, scale)
+                            squares.append(tf.cast(tf.reduce_sum(tf.square(g.values)),
+                                                   tf.float64))
+                        else:
+                            total = tf.tensordot(w, acc, axes=[[0, 1], [0, 1]])
+                            g = (total / tf.cast(tf.maximum(n, 1e-6), acc.dtype)
+                                 * tf.cast(scale, acc.dtype))
+                            squares.append(tf.cast(tf.reduce_sum(tf.square(g)), tf.float64))
                         grads.append(g)
-                        squares.append(tf.cast(tf.reduce_sum(tf.square(g)), tf.float64))
                 norm = tf.sqrt(tf.add_n(squares))
                 applied = tf.reduce_sum(tf.cast(valid > 0, counts.dtype) * counts)
                 # A NaN/Inf gradient would poison the weights for good: it goes in as zeros
@@ -338,7 +485,12 @@ class Accumulators:
                 kept = []
                 for acc, g in zip(self.acc, grads):
                     with tf.device(acc.device):
-                        kept.append(tf.where(finite, g, tf.zeros_like(g)))
+                        if isinstance(g, tf.IndexedSlices):
+                            kept.append(tf.IndexedSlices(
+                                tf.where(finite, g.values, tf.zeros_like(g.values)),
+                                g.indices, g.dense_shape))
+                        else:
+                            kept.append(tf.where(finite, g, tf.zeros_like(g)))
                 grads = kept
                 with tf.control_dependencies(
                         [optimizer.apply_gradients(zip(grads, self.variables))]):
@@ -347,6 +499,40 @@ class Accumulators:
             return strategy.run(step)
 
         return apply_fn
+
+    def _sparse_mean(self, i, w, gens, n, scale) -> tf.IndexedSlices:
+        """In the apply, on the PS: the rows of variable ``i`` that the included lanes wrote
+        in their current generation (``gens[slot, lane]``: since their round's first write),
+        weighted (``w[slot, lane]``, 0 for a lane not holding its expected round), over ``n``
+        micro-batches, times ``scale``.
+
+        Only row tags (``[2, lanes, rows]`` int64) are scanned whole; the accumulator is read
+        at the touched rows only."""
+        acc, rows = self.acc[i], self.rows[i]
+        # [slot, lane, row]: the lane's weight where the row belongs to its generation.
+        row_w = w[:, :, None] * tf.cast(tf.equal(rows, gens[:, :, None]), acc.dtype)
+        touched = tf.where(tf.reduce_any(row_w > 0, axis=[0, 1]))[:, 0]  # sorted, unique
+        row_w = tf.gather(row_w, touched, axis=2)  # [slot, lane, k]
+        picked = tf.gather(acc, touched, axis=2)  # [slot, lane, k, *row shape]
+        total = tf.reduce_sum(_column(row_w, acc.shape.rank - 3) * picked, axis=[0, 1])
+        dense_shape = tf.constant(self.variables[i].shape.as_list(), tf.int64)
+        g = total / tf.cast(tf.maximum(n, 1e-6), acc.dtype) * tf.cast(scale, acc.dtype)
+        return tf.IndexedSlices(g, touched, dense_shape)
+
+
+def unique_rows(g: tf.IndexedSlices, n) -> tf.IndexedSlices:
+    """``g`` (IndexedSlices, rows may repeat) with each row summed once (int64 indices, in
+    order of first appearance) and weighed by the int64 task size ``n``; runs where it is
+    called (on the worker in a task, so only unique rows cross to the PS)."""
+    indices, position = tf.unique(tf.cast(g.indices, tf.int64), out_idx=tf.int64)
+    values = tf.math.unsorted_segment_sum(g.values, position,
+                                          tf.shape(indices, out_type=tf.int64)[0])
+    return tf.IndexedSlices(weigh(values, n), indices, g.dense_shape)
+
+
+def _column(t: tf.Tensor, extra: int) -> tf.Tensor:
+    """``t`` with ``extra`` trailing axes of size 1 (to broadcast over a row's shape)."""
+    return tf.reshape(t, tf.concat([tf.shape(t), tf.ones([extra], tf.int32)], 0)) if extra else t
 
 
 def _clean(name: str) -> str:
