@@ -89,9 +89,13 @@ def parse(spec: str) -> tuple[str, int | None]:
     return name, int(digits) if digits else e.default_arg
 
 
-def make(spec: str, cluster_resolver):
-    """Builds the strategy named by ``spec`` on ``cluster_resolver``."""
+def make(spec: str, cluster_resolver, **options):
+    """Builds the strategy named by ``spec`` on ``cluster_resolver``; ``options`` are passed
+    to its class as keywords (the built-in ones take ``variable_partitioner``, and all but
+    ``pss`` take ``placement``, ``connect_timeout_s``, ``stall_timeout_s``)."""
     name, arg = parse(spec)
+    if options:
+        return _REGISTRY[name].create(cluster_resolver, arg, **options)
     return _REGISTRY[name].create(cluster_resolver, arg)
 
 
@@ -138,10 +142,10 @@ def _builtin():
         def kwargs(arg):
             return {k: (arg if v is _ARG else v) for k, v in fixed.items()}
 
-        def create(resolver, arg):
+        def create(resolver, arg, **options):
             from tf_hetero import strategies
 
-            return getattr(strategies, cls_name)(resolver, **kwargs(arg))
+            return getattr(strategies, cls_name)(resolver, **kwargs(arg), **options)
 
         def config(workers, arg):
             from tf_hetero.strategies import config as configs
@@ -149,10 +153,10 @@ def _builtin():
             return getattr(configs, config_name)(workers, **kwargs(arg))
         return {"create": create, "config": config}
 
-    def stock(resolver, _):
+    def stock(resolver, _, **options):
         import tensorflow as tf
 
-        return tf.distribute.ParameterServerStrategy(resolver)
+        return tf.distribute.ParameterServerStrategy(resolver, **options)
 
     def stock_config(workers, arg):
         from tf_hetero.strategies import config as configs
@@ -194,7 +198,7 @@ def _builtin():
     for kind, default, meaning, text in (("int", 8, "bits (8 or 4)", "H-PS with int8/int4 pushes"),
                                          ("fp", 16, "bits (16)", "H-PS with fp16 pushes")):
         register(f"hps{kind}",
-                 lambda r, b, k=kind: preset("HPSStrategy", "hps", quantize=f"{k}{b}")["create"](r, None),
+                 lambda r, b, k=kind, **o: preset("HPSStrategy", "hps", quantize=f"{k}{b}")["create"](r, None, **o),
                  default, meaning, updates=lambda n, a: hps_tasks(n, None), help=text, sized=True,
                  config=lambda n, b, k=kind: preset("HPSStrategy", "hps", codec=f"{k}{b}")["config"](n, None))
     register("grouped", **preset("GroupedSyncStrategy", "grouped", groups=_ARG), default_arg=2,

@@ -52,3 +52,61 @@ def test_killed_ps_raises_clear_error_and_backup_and_restore_resumes(tmp_path):
     resumed = scenario("resume", tmp_path, ckpt)
     assert resumed["epochs_run"] == 2  # epoch 1 was restored, epochs 2 and 3 ran
     assert resumed["iterations"] == 15  # 5 restored rounds + 10 new ones
+
+
+# ---------------------------------------------------------------- chaos, any strategy
+# The full strategy x scenario matrix runs in benchmarks/chaos.py (results in
+# benchmarks/results/chaos/); here a small representative subset: H-PS (sized tasks, local
+# accumulation) and EPSP slack (deadlines, late folding, task transfer).
+CHAOS = os.path.join(REPO, "tests", "scenarios", "chaos.py")
+CHAOS_STRATEGIES = ["hps", "epspslack"]  # PS kill + resume
+#: A chaos scenario: cluster start ~10 s, a fit of ~20-30 s with 3 kills and restarts.
+CHAOS_TIMEOUT_S = 240
+
+
+def chaos_judge():
+    sys.path.insert(0, os.path.dirname(CHAOS))
+    try:
+        import chaos  # tests/scenarios/chaos.py: pure checks, imports no TensorFlow
+    finally:
+        sys.path.pop(0)
+    return chaos
+
+
+def chaos_run(kind: str, strategy: str, tmp_path, *extra) -> dict:
+    out = tmp_path / f"{kind}-{strategy}.json"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CHAOS_DUMP_AFTER_S=str(CHAOS_TIMEOUT_S - 20))
+    env.pop("TF_CONFIG", None)
+    proc = subprocess.run([sys.executable, CHAOS, kind, strategy, str(out), *extra], env=env,
+                          capture_output=True, text=True, timeout=CHAOS_TIMEOUT_S)
+    assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+# EPSP slack is left to the runner: a known, timing-dependent bug (FINDINGS.md, bug 2: a late
+# gradient waiting in its lane can be overwritten by a later round's task on the same slot
+# before it is folded) fails 3 of 4 of its chaos runs. Add it here when that is fixed.
+@pytest.mark.parametrize("strategy", ["hps"])
+def test_three_worker_kills_in_one_fit_lose_and_double_no_task_or_round(tmp_path, strategy):
+    result = chaos_run("chaos", strategy, tmp_path)
+    assert chaos_judge().check_chaos(result) == [], result
+    c = result["counts"]
+    assert result["kills"] == result["restarts"] == 3
+    # Every task fit scheduled is in exactly one round and ended applied or dropped; the
+    # updates the optimizer counted are the rounds the engine applied.
+    assert c["fit_tasks"] == c["scheduled"] == result["epochs_run"] * 30
+    assert c["in_two_rounds"] == 0 and not c["not_ended"]
+    assert c["iterations"] == c["applied_rounds"] == c["version"] > 0
+
+
+@pytest.mark.parametrize("strategy", CHAOS_STRATEGIES)
+def test_killed_ps_then_backup_and_restore_resumes_the_saved_iterations(tmp_path, strategy):
+    ckpt = str(tmp_path / "backup")
+    ps = chaos_run("ps", strategy, tmp_path, ckpt)
+    resumed = chaos_run("resume", strategy, tmp_path, ckpt)
+    assert chaos_judge().check_resume(ps, resumed) == [], (ps, resumed)
+    assert ps["error_raised"]["type"] == "ParameterServerError"
+    saved = ps["epoch_end_iterations"][-1]
+    assert resumed["restored_iterations"] == resumed["checkpoint_iterations"] == saved > 0
+    assert resumed["iterations"] == saved + resumed["new_updates"]
+    assert resumed["new_updates"] > 0

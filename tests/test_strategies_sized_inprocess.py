@@ -181,3 +181,53 @@ def test_sized_strategy_settings_are_checked_before_connecting(cluster):
         tf_hetero.HPSStrategy(cluster.resolver, global_batch=48, memory_budget=8)
     with pytest.raises(ValueError, match=r"not both"):
         tf_hetero.HPSStrategy(cluster.resolver, global_batch=48, round_tasks=6)
+
+
+@pytest.mark.parametrize("per_execution", [1, 2])
+def test_sized_round_with_several_steps_per_task_is_one_step_on_all_its_batches(
+        cluster, per_execution):
+    """compile(steps_per_execution=k): each worker's task reads k batches of its share; the
+    round is one SGD step on all N x k of them (equal workers: the same stream's first k
+    batches). Counting the task's granules once instead of k times would make the step k
+    times too long."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = tf_hetero.HPSStrategy(cluster.resolver)
+    with strategy.scope():
+        model = small.model(1)
+        model.compile(keras.optimizers.SGD(0.5), small.loss(), steps_per_execution=per_execution)
+    before = model.get_weights()
+    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(BATCH)), epochs=1,
+              steps_per_epoch=N * per_execution, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 1
+    x, y = next(iter(small.dataset_fn(per_execution * BATCH)()))
+    reference = small.model(1)
+    reference.set_weights(before)
+    with tf.GradientTape() as tape:
+        loss = small.loss()(y, reference(x))
+    grads = tape.gradient(loss, reference.trainable_variables)
+    for got, w, g in zip(model.get_weights(), before, grads):
+        np.testing.assert_allclose(got, w - 0.5 * g.numpy(), atol=1e-5)
+
+
+def test_pipelined_sized_rounds_apply_every_granule_they_counted(cluster):
+    """Pipelined H-PS: a worker's first task of a round pushes its buffer of the last round
+    (PUSH_OLD) and starts a new one holding its own gradient, weighted by its size. The
+    buffer's count must restart at that size: restarting at 1 made each apply divide by
+    fewer granules than it summed (the mean gradient up to size x too large; found by the
+    chaos runs, benchmarks/results/chaos/FINDINGS.md)."""
+    import tf_hetero
+
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, granularity=GRANULE, pipeline=True)
+    _fit(strategy, 6)
+    rounds = strategy.engine.rounds
+    units = N * BATCH // GRANULE  # one round's global batch in granules
+    trained = sum(t.size for r in rounds for t in r.tasks if not t.drain)
+    assert any(t.size > 1 for r in rounds for t in r.tasks)
+    # A round's apply lands the buffers pushed in the next round (the drain round lands the
+    # last): every apply is one whole global batch, and together they apply every granule.
+    assert all(r.applied in (0, units) for r in rounds), [r.applied for r in rounds]
+    assert sum(r.applied for r in rounds) == trained == len(rounds[:-1]) * units

@@ -21,6 +21,13 @@ the task's emulated compute time (:func:`tf_hetero.emulation.device.finish_compu
 
 Per-worker variables cannot be read inside ``tf.cond`` (docs/TF_INTERNALS.md): buffers are read
 and written outside control flow with masks; only the PS writes sit in a ``tf.cond``.
+
+Sparse gradients (``IndexedSlices``, embeddings) are densified here: the buffers are dense
+per-worker copies of the variables, and a push writes the whole buffer (its accumulator
+stays in dense mode, :mod:`~tf_hetero.strategies.runtime.accumulate`), so an embedding's
+push costs its full size, as before. Exact (``tests/test_strategies_sparse_inprocess.py``),
+not sparse. A sparse push would need a per-worker touched-row mask and, with a lossy codec,
+residuals of untouched rows to flush (docs/SPARSE.md).
 """
 
 from __future__ import annotations
@@ -115,9 +122,12 @@ class LocalBuffers:
             fresh = tf.where(push_old, g, tot)
             updates.append(s.assign(tf.where(keep, old, tf.where(push_all, tf.zeros_like(old),
                                                                    fresh))))
+        # After PUSH_OLD the buffer holds this task's gradient alone, weighted by its size:
+        # its count restarts at that size (not 1: the apply divides by the counts it sums).
+        restart = tf.zeros_like(size) if drain else size
         updates.append(self.count.assign(tf.where(
             keep, count, tf.where(push_all, tf.constant(0, tf.int64),
-                                  tf.where(push_old, tf.constant(1, tf.int64), new_count)))))
+                                  tf.where(push_old, restart, new_count)))))
         for r, res in zip(self.residuals, residuals):  # unchanged unless a push encoded
             updates.append(r.assign(res))
         with tf.control_dependencies(updates + [pushed_all]):
@@ -160,4 +170,5 @@ class LocalBuffers:
         shapes = [v.shape for v in self.acc.variables]
         values = {i: (lambda p=p, shape=shape: self.codec.decode(p, shape))
                   for i, (p, shape) in enumerate(zip(payloads, shapes))}
-        return self.acc.write(values, round_id, slot, worker, micro_batches)
+        return self.acc.write(values, round_id, slot, worker, micro_batches,
+                              payload_bytes=self.bytes_per_push)

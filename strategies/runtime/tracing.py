@@ -150,19 +150,23 @@ class StepTracer:
         """Local accumulation: a first trace finds the step's optimizers and variables, so
         that their per-worker buffers exist before the real trace (they cannot be created
         while a step is traced)."""
-        found = []
+        found, in_loop = [], []
 
         def record(optimizer, variables):
-            if "while" in tf.compat.v1.get_default_graph().name:
-                raise ValueError(
-                    f"{self.config.name}: the training step runs several micro-batches "
-                    "per task (compile(steps_per_execution > 1)), but local accumulation "
-                    "sizes each worker's share in single micro-batch tasks. Fix: compile "
-                    "with steps_per_execution=1 and set the strategy's round_tasks.")
+            # Noted here, raised after the trace: raised inside it, AutoGraph would wrap the
+            # one-line refusal in a screen of "in user code" frames.
+            in_loop.append("while" in tf.compat.v1.get_default_graph().name)
             found.append((optimizer, list(variables)))
             return _NullAccumulators()
 
         _, self._probe_keep = self._trace_once(python_fn, args, kwargs, record)
+        if any(in_loop):
+            raise ValueError(
+                f"{type(self.strategy).__name__}: the training step runs several micro-batches "
+                "per task (compile(steps_per_execution > 1)), which local accumulation (one "
+                "buffered push per worker per round) does not support. Fix: compile with "
+                "steps_per_execution=1 (the strategy sizes each worker's share of a round "
+                "itself).")
         for optimizer, variables in found:
             acc = self._accumulators_for(optimizer, variables)
             if not any(b.acc is acc for b in self.buffers):
