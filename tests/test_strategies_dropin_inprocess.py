@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import small
+from conftest import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -304,17 +305,8 @@ def test_repeated_fits_leave_no_thread_running(cluster, name):
         _fit(strategy)
     assert _settled_thread_count() <= after_first  # 5 fits: no thread added per fit
     # The engine ticker (EPSP's deadlines) ends once the engine is idle.
-    assert wait_for(lambda: not _threads("tf-hetero-engine-tick"),
+    assert wait_until(lambda: not _threads("tf-hetero-engine-tick"),
                     watchdog.TICKER_IDLE_EXIT_S + 5)
-
-
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def test_progress_stops_printing_when_its_fit_raises(cluster):
@@ -333,7 +325,7 @@ def test_progress_stops_printing_when_its_fit_raises(cluster):
     with pytest.raises(Exception, match="label value"):
         model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(B, labels=50)),
                   epochs=1, steps_per_epoch=2 * N, verbose=0, callbacks=[progress])
-    assert wait_for(lambda: not _threads("tf-hetero-progress"), 5)
+    assert wait_until(lambda: not _threads("tf-hetero-progress"), 5)
     printed = stream.getvalue()
     time.sleep(1.0)
     assert stream.getvalue() == printed  # nothing more after the fit raised

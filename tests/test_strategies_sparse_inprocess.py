@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from test_strategies_hps_inprocess import _round_batches  # the same data order (N = 3)
+
 pytestmark = pytest.mark.cluster
 
 N, B, IDS, ROUNDS = 3, 8, 3, 4
@@ -181,12 +183,7 @@ def test_hps_strict_densifies_embeddings_and_equals_large_batch_sgd(cluster):
     reference.compile(keras.optimizers.SGD(0.5), _loss())
     position = [0] * N
     for r in engine.rounds:
-        xs, ys = [], []
-        for w in range(N):
-            n = sum(t.worker == w and t.state == "done" and not t.drain for t in r.tasks)
-            xs += [x[j, w] for j in range(position[w], position[w] + n)]
-            ys += [y[j, w] for j in range(position[w], position[w] + n)]
-            position[w] += n
+        xs, ys = _round_batches(r, x, y, position)
         if xs:
             reference.train_on_batch(np.concatenate(xs), np.concatenate(ys))
     for got, want in zip(model.get_weights(), reference.get_weights()):

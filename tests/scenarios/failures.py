@@ -19,19 +19,8 @@ import tf_keras as keras  # noqa: E402
 
 import tf_hetero  # noqa: E402
 
-WORKERS, BATCH = 3, 16
-
-
-def build(strategy):
-    train = tf_hetero.data.load("digits", "train")
-    with strategy.scope():
-        model = tf_hetero.models.mlp(input_shape=train.input_shape, hidden=(32,))
-        model.compile(keras.optimizers.SGD(0.05),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    tf_hetero.emulate(model, "base_ms=60", strategy=strategy)
-    data = keras.utils.experimental.DatasetCreator(
-        tf_hetero.data.dataset_fn(batch_size=BATCH, num_workers=WORKERS, data=train))
-    return model, data
+# The model, data and cluster size of every failure scenario (chaos.py, beside this file).
+from chaos import WORKERS, build  # noqa: E402
 
 
 def when(predicate, timeout=120):
