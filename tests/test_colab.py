@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO
 
-NOTEBOOKS = ("quickstart.ipynb", "epsp.ipynb", "hps.ipynb", "grouped.ipynb")
+NOTEBOOKS = ("quickstart.ipynb", "epsp.ipynb", "hps.ipynb", "grouped.ipynb", "casp.ipynb")
 
 #: Runs a cell's code in IPython, as a notebook would, with ``google.colab`` importable.
 RUN_CELL = """
