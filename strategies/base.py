@@ -74,11 +74,15 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
       placement: which PS task holds each variable: ``"round_robin"`` (TensorFlow's rule, the
         default), ``"balanced"`` (by bytes and PS service rate) or a
         :class:`tf_hetero.placement.Placement`.
+      rebalance: live rebalancing during ``fit`` (round strategies): ``True``, or a
+        :class:`tf_hetero.policies.rebalance.RebalanceController`; at round boundaries
+        variables move between PS tasks with their slots and accumulators, a move kept when
+        rounds get faster and undone when not (docs/PSLD.md). Every subclass accepts it.
     """
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
                  config: EngineConfig | None = None, placement="round_robin",
-                 connect_timeout_s: float | None = None):
+                 connect_timeout_s: float | None = None, rebalance=None):
         config = config or EngineConfig("asp")
         if not isinstance(config, EngineConfig):
             raise TypeError(f"config must be an EngineConfig; received {config!r}.")
@@ -106,6 +110,33 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         from tf_hetero.strategies.runtime.coordinator import HeteroCoordinator
 
         self.coordinator = HeteroCoordinator(self)
+        if rebalance is not None:
+            self.set_rebalance(rebalance)
+
+    def set_rebalance(self, rebalance) -> None:
+        """Turns live rebalancing on (``True`` or a ``RebalanceController``) or off."""
+        from tf_hetero.policies.rebalance import make
+
+        controller = make(rebalance)
+        if controller is None:
+            self.coordinator.rebalancer = None
+            return
+        engine = self.coordinator.engine
+        if engine is None or not engine.rounds_mode:
+            raise ValueError(
+                f"{type(self).__name__}(rebalance=True): live rebalancing moves variables at "
+                "round boundaries, and this strategy has no rounds (its tasks apply "
+                "asynchronously). Fix: use a round strategy (BSP, H-PS, EPSP, backup workers, "
+                "grouped sync) or drop rebalance.")
+        from tf_hetero.strategies.runtime.rebalance import Rebalancer
+
+        self.coordinator.rebalancer = Rebalancer(self.coordinator, controller)
+        self.monitor.add_summary(lambda rounds, num_workers: controller.summary())
+
+    @property
+    def rebalancer(self):
+        """The live rebalancer (its ``controller``, ``moves``, ``pauses``), or ``None``."""
+        return self.coordinator.rebalancer
 
     @property
     def config(self) -> EngineConfig:

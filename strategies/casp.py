@@ -43,10 +43,11 @@ class CASPStrategy(HeteroStrategy):
     def __init__(self, cluster_resolver, variable_partitioner=None, *, agent=None,
                  decide_every: int = 10, greedy: bool = True, lr_rule: str = "linear",
                  staleness: str = "none", stall_timeout_s: float = 600.0,
-                 placement="round_robin", connect_timeout_s: float | None = None):
+                 placement="round_robin", connect_timeout_s: float | None = None,
+                 rebalance=None):
         workers = num_workers(cluster_resolver, "CASPStrategy")
         super().__init__(cluster_resolver, variable_partitioner, placement=placement,
-                         connect_timeout_s=connect_timeout_s,
+                         connect_timeout_s=connect_timeout_s, rebalance=rebalance,
                          config=configs.casp(workers, agent=agent, decide_every=decide_every,
                                              greedy=greedy, lr_rule=lr_rule,
                                              staleness=staleness,

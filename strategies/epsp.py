@@ -62,7 +62,8 @@ class EPSPStrategy(HeteroStrategy):
                  window: int = 8, probe_every: int = 8, transfer_factor: float | None = 1.5,
                  quorum: float = 0.75, deadline_factor: float = 2.0, late: str = "fold",
                  max_staleness: int = 8, stall_timeout_s: float = 600.0,
-                 placement="round_robin", connect_timeout_s: float | None = None):
+                 placement="round_robin", connect_timeout_s: float | None = None,
+                 rebalance=None):
         configs.check_epsp_modes(sync, late)  # before the cluster is asked, as always
         workers = num_workers(cluster_resolver, "EPSPStrategy")
         config = configs.epsp(
@@ -72,4 +73,5 @@ class EPSPStrategy(HeteroStrategy):
             transfer_factor=transfer_factor, quorum=quorum, deadline_factor=deadline_factor,
             late=late, max_staleness=max_staleness, stall_timeout_s=stall_timeout_s)
         super().__init__(cluster_resolver, variable_partitioner, config=config,
-                         placement=placement, connect_timeout_s=connect_timeout_s)
+                         placement=placement, connect_timeout_s=connect_timeout_s,
+                         rebalance=rebalance)

@@ -40,10 +40,11 @@ class GroupedSyncStrategy(HeteroStrategy):
     def __init__(self, cluster_resolver, variable_partitioner=None, *, groups=2,
                  regroup_every: int = 10, lr_rule: str = "linear", staleness: str = "none",
                  stall_timeout_s: float = 600.0,
-                 placement="round_robin", connect_timeout_s: float | None = None):
+                 placement="round_robin", connect_timeout_s: float | None = None,
+                 rebalance=None):
         workers = num_workers(cluster_resolver, "GroupedSyncStrategy")
         super().__init__(cluster_resolver, variable_partitioner, placement=placement,
-                         connect_timeout_s=connect_timeout_s,
+                         connect_timeout_s=connect_timeout_s, rebalance=rebalance,
                          config=configs.grouped(workers, groups=groups,
                                                 regroup_every=regroup_every, lr_rule=lr_rule,
                                                 staleness=staleness,
@@ -55,8 +56,9 @@ class DynSGDStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
                  stall_timeout_s: float = 600.0,
-                 placement="round_robin", connect_timeout_s: float | None = None):
+                 placement="round_robin", connect_timeout_s: float | None = None,
+                 rebalance=None):
         workers = num_workers(cluster_resolver, "DynSGDStrategy")
         super().__init__(cluster_resolver, variable_partitioner, placement=placement,
-                         connect_timeout_s=connect_timeout_s,
+                         connect_timeout_s=connect_timeout_s, rebalance=rebalance,
                          config=configs.dynsgd(workers, stall_timeout_s=stall_timeout_s))

@@ -62,7 +62,8 @@ class HPSStrategy(HeteroStrategy):
                  round_tasks: int | None = None, min_tasks: int = 1,
                  alpha: float = policies.estimate.DEFAULT_ALPHA, pipeline: bool = False,
                  overlap: bool = False, quantize: str = "fp32", stall_timeout_s: float = 600.0,
-                 placement="round_robin", connect_timeout_s: float | None = None):
+                 placement="round_robin", connect_timeout_s: float | None = None,
+                 rebalance=None):
         workers = num_workers(cluster_resolver, "HPSStrategy")
         codec = quantize_module.get(quantize).name  # a clear error for a bad name, before connecting
         config = configs.hps(
@@ -71,4 +72,5 @@ class HPSStrategy(HeteroStrategy):
             round_tasks=round_tasks, min_tasks=min_tasks, alpha=alpha, pipeline=pipeline,
             overlap=overlap, stall_timeout_s=stall_timeout_s)
         super().__init__(cluster_resolver, variable_partitioner, config=config,
-                         placement=placement, connect_timeout_s=connect_timeout_s)
+                         placement=placement, connect_timeout_s=connect_timeout_s,
+                         rebalance=rebalance)

@@ -30,9 +30,10 @@ class ASPStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
                  stall_timeout_s: float = 600.0,
-                 placement="round_robin", connect_timeout_s: float | None = None):
+                 placement="round_robin", connect_timeout_s: float | None = None,
+                 rebalance=None):
         super().__init__(cluster_resolver, variable_partitioner, placement=placement,
-                         connect_timeout_s=connect_timeout_s,
+                         connect_timeout_s=connect_timeout_s, rebalance=rebalance,
                          config=configs.asp(stall_timeout_s=stall_timeout_s))
 
 
@@ -45,9 +46,10 @@ class BSPStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
                  stall_timeout_s: float = 600.0,
-                 placement="round_robin", connect_timeout_s: float | None = None):
+                 placement="round_robin", connect_timeout_s: float | None = None,
+                 rebalance=None):
         super().__init__(cluster_resolver, variable_partitioner, placement=placement,
-                         connect_timeout_s=connect_timeout_s,
+                         connect_timeout_s=connect_timeout_s, rebalance=rebalance,
                          config=configs.bsp(stall_timeout_s=stall_timeout_s))
 
 
@@ -56,10 +58,11 @@ class BackupWorkerStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, backups: int = 1,
                  stall_timeout_s: float = 600.0,
-                 placement="round_robin", connect_timeout_s: float | None = None):
+                 placement="round_robin", connect_timeout_s: float | None = None,
+                 rebalance=None):
         workers = num_workers(cluster_resolver, "BackupWorkerStrategy")
         super().__init__(cluster_resolver, variable_partitioner, placement=placement,
-                         connect_timeout_s=connect_timeout_s,
+                         connect_timeout_s=connect_timeout_s, rebalance=rebalance,
                          config=configs.backup(workers, backups, stall_timeout_s))
         self.backups = backups
 
@@ -69,9 +72,10 @@ class SSPStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, staleness: int = 3,
                  stall_timeout_s: float = 600.0,
-                 placement="round_robin", connect_timeout_s: float | None = None):
+                 placement="round_robin", connect_timeout_s: float | None = None,
+                 rebalance=None):
         super().__init__(cluster_resolver, variable_partitioner, placement=placement,
-                         connect_timeout_s=connect_timeout_s,
+                         connect_timeout_s=connect_timeout_s, rebalance=rebalance,
                          config=configs.ssp(staleness=staleness,
                                             stall_timeout_s=stall_timeout_s))
         self.staleness = staleness

@@ -96,6 +96,23 @@ class Placement:
         self.bytes[ps] += nbytes
         self.placed.append((name, ps, nbytes))
 
+    def move(self, name: str, src: int, dst: int, nbytes: int, accesses: int = 2) -> None:
+        """A variable of ``nbytes`` named ``name`` moved from PS ``src`` to ``dst`` (live
+        rebalancing): the loads and the record follow it.
+
+        >>> r = RoundRobin(); r.bind(2); _ = [r.place(n, name=k) for k, n in (("a", 8), ("b", 4))]
+        >>> r.move("a", 0, 1, 8); r.bytes, r.loads, r.placed
+        ([0, 12], [0, 24], [('a', 1, 8), ('b', 1, 4)])
+        """
+        self.loads[src] -= nbytes * accesses
+        self.loads[dst] += nbytes * accesses
+        self.bytes[src] -= nbytes
+        self.bytes[dst] += nbytes
+        for i in range(len(self.placed) - 1, -1, -1):
+            if self.placed[i][0] == name and self.placed[i][1] == src:
+                self.placed[i] = (name, dst, self.placed[i][2])
+                break
+
     def place(self, nbytes: int, accesses: int = 2, name: str = "") -> int:
         """:meth:`choose` then :meth:`record` (the pure path; TF records the real device)."""
         ps = self.choose(nbytes, accesses)

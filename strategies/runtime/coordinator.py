@@ -50,6 +50,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                 strategy.extended._num_workers, self.config.sync, self.config.assign,  # pylint: disable=protected-access
                 gate=self.config.gate, monitor=self.monitor, components=self.config.components,
                 grouping=self.config.grouping, update_scale=self.config.update_scale)
+        #: Live rebalancing (strategy ``rebalance=``; strategies/runtime/rebalance.py) or None.
+        self.rebalancer = None
         self.stopped = False  # shutdown() was called: the ticker ends, nothing is scheduled
         fitplan.install()  # each fit's first step says how many updates the fit makes
         self.tracer = StepTracer(self)
@@ -66,6 +68,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
     # ------------------------------------------------------------ public API
     def schedule(self, fn, args=None, kwargs=None):
         entry = self.tracer.entry(fn, args or (), kwargs or {})
+        if entry.is_train and self.rebalancer is not None:  # may move variables: re-traced
+            entry = self.rebalancer.before_task(fn, args or (), kwargs or {}, entry)
         if not entry.is_train:
             return translated(super().schedule, fn, args=args, kwargs=kwargs)
         plan = fitplan.take_plan(self.strategy)

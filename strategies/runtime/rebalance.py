@@ -1,0 +1,261 @@
+"""TF glue of live rebalancing: moves a variable, its optimizer slots and its accumulators
+to another PS task at a round boundary of a running ``fit``
+(the decisions: :class:`tf_hetero.policies.rebalance.RebalanceController`).
+
+How a variable moves (evidence: docs/PSLD.md section 4):
+
+- Under ``ParameterServerStrategy`` every PS variable is a ``ps_values.CachingVariable``
+  wrapping the real ``ResourceVariable`` in ``_v`` (with GPU workers an
+  ``AggregatingVariable`` around that). Layers, the optimizer's slot lists, tf-hetero's
+  accumulators, checkpoints' object graph all hold the *wrapper*. A move creates a copy of
+  the inner variable on the target PS (``ResourceVariable`` constructed directly, under
+  ``tf.device``: the strategy's creator would ignore the device) and swaps ``_v``; the
+  wrapper object stays, so nothing that refers to it needs rebinding.
+- The wrapper keeps the old inner variable's ``_unique_id`` (set on the wrapper): tf_keras
+  optimizers key their slots by it (``_index_dict``); with the new id the next trace fails
+  with "The optimizer cannot recognize variable ...".
+- Traced functions captured the old handle: the training step (tf-hetero's accumulating
+  variant of ``train_function``, :mod:`tracing`), the round apply and H-PS drain functions
+  are dropped from their caches, so the next task is traced again on the new placement. The
+  old functions are kept referenced (a tf.function garbage-collected during fit stalls on
+  blocking RPCs, TF_INTERNALS.md).
+- Closures already queued hold the old functions, so a move happens only when the engine is
+  idle: every task submitted so far finished and every round applied (``at_boundary``),
+  found at a ``schedule`` call whose earlier tasks fill whole rounds. Nothing is in flight:
+  the copy reads the final value, no update is lost or doubled.
+
+The old inner variable stays on its PS (pooled): moving back (an undo) re-uses it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tf_hetero.telemetry import psload
+
+# TensorFlow is imported where a variable is touched: the boundary logic runs (and is
+# tested, tests/test_rebalance.py) on the pure engine.
+
+__all__ = ["Rebalancer", "move_variable", "related_variables"]
+
+#: Seconds a boundary waits for the rounds in flight before giving up with an error.
+BOUNDARY_TIMEOUT_S = 600.0
+
+
+def _device(ps: int) -> str:
+    return f"/job:ps/replica:0/task:{ps}/device:CPU:0"
+
+
+def _caching(w):
+    """The ``CachingVariable`` of a strategy variable (inside an AggregatingVariable)."""
+    inner = getattr(w, "_v", None)
+    if inner is not None and hasattr(inner, "_v") and hasattr(inner, "_cache"):
+        return inner
+    if inner is not None and hasattr(w, "_cache"):
+        return w
+    raise TypeError(f"{getattr(w, 'name', w)!r} is not a ParameterServerStrategy variable "
+                    "(no CachingVariable wrapper): it cannot be moved.")
+
+
+def related_variables(variable, optimizers, accumulators) -> list:
+    """``variable``, its slots in ``optimizers`` (tf_keras new and legacy) and its
+    accumulator (and sparse row tags) in ``accumulators``: everything colocated with it."""
+    out = [variable]
+    for opt in optimizers:
+        index = getattr(opt, "_index_dict", None)
+        if index is not None:  # tf_keras optimizer: slot lists aligned with _index_dict
+            key = opt._var_key(variable)  # pylint: disable=protected-access
+            if key not in index:
+                continue
+            i = index[key]
+            for value in vars(opt).values():
+                if (isinstance(value, list) and len(value) == len(index)
+                        and all(hasattr(s, "_v") for s in value)):
+                    out.append(value[i])
+        slots = getattr(opt, "_slots", None)
+        if isinstance(slots, dict):  # legacy OptimizerV2: _slots[var_key][slot name]
+            from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
+
+            out.extend(slots.get(_var_key(variable), {}).values())
+    for acc in accumulators:
+        if acc.covers([variable]):
+            i = acc.index_of(variable)
+            out.append(acc.acc[i])
+            if acc.rows[i] is not None:
+                out.append(acc.rows[i])
+    seen, unique = set(), []
+    for v in out:
+        if id(v) not in seen:
+            seen.add(id(v))
+            unique.append(v)
+    return unique
+
+
+def move_variable(wrapper, dst: int, pool: dict) -> None:
+    """Moves the strategy variable ``wrapper`` to PS ``dst`` (value copied, wrapper kept).
+
+    ``pool`` maps ``(id(wrapper), PS)`` to an inner variable the wrapper held there before
+    (re-used by a move back)."""
+    import tensorflow as tf
+    from tensorflow.python.ops.resource_variable_ops import ResourceVariable
+
+    from tf_hetero.emulation.ps import ps_index
+
+    w = _caching(wrapper)
+    old = w._v  # pylint: disable=protected-access
+    src = ps_index(old.device)
+    if src == dst:
+        return
+    if "_unique_id" not in w.__dict__:  # tf_keras keys slots by it: keep it stable
+        w._unique_id = old._unique_id  # pylint: disable=protected-access
+    value = old.read_value()
+    new = pool.get((id(w), dst))
+    with tf.init_scope():
+        if new is None:
+            with tf.device(_device(dst)):
+                # distribute_strategy: legacy optimizers' colocate_vars_with refuses a
+                # variable created outside the strategy's scope.
+                new = ResourceVariable(
+                    value, trainable=old.trainable, name=old.name.split(":")[0],
+                    dtype=old.dtype, constraint=old.constraint,
+                    distribute_strategy=getattr(old, "_distribute_strategy", None))
+        else:
+            new.assign(value)
+    pool[(id(w), src)] = old
+    w._v = new  # pylint: disable=protected-access
+    w._cache = None  # pylint: disable=protected-access
+
+
+class Rebalancer:
+    """Runs a :class:`RebalanceController` inside a coordinator: counts training tasks, finds
+    round boundaries, feeds the controller and carries out its moves."""
+
+    def __init__(self, coordinator, controller):
+        self.coordinator = coordinator
+        self.controller = controller
+        self.engine = coordinator.engine
+        self.strategy = coordinator.strategy
+        self.monitor = coordinator.monitor
+        self.num_ps = int(self.strategy.extended._num_ps)  # pylint: disable=protected-access
+        controller.bind(self.num_ps)
+        self.tasks = 0  # training tasks scheduled so far
+        self.next_at = controller.window * self.engine.num_workers
+        self._round_index = 0  # monitor.rounds consumed by the last decision
+        self._totals = None  # emulated PS counters at the last decision
+        self._pool: dict = {}
+        self._keep: list = []  # functions traced before a move (kept alive)
+        #: Every move made: ``(decision, unit, from PS, to PS, seconds the move took)``.
+        self.moves: list[tuple] = []
+        #: Seconds each boundary waited for the rounds in flight, and the moves' seconds.
+        self.pauses: list[float] = []
+
+    # -------------------------------------------------------------- schedule
+    def before_task(self, fn, args, kwargs, entry):
+        """Called by ``schedule`` for each training task before it is submitted; returns the
+        entry to use (traced again after a move)."""
+        submitted = self.tasks
+        self.tasks += 1
+        if submitted < self.next_at:
+            return entry
+        t0 = time.monotonic()
+        if not self.at_boundary():
+            return entry  # earlier tasks do not fill whole rounds yet: try at the next one
+        waited = time.monotonic() - t0
+        self.next_at = submitted + self.controller.window * self.engine.num_workers
+        moved = self.decide()
+        self.pauses.append(waited)
+        if moved:
+            self.invalidate()
+            return self.coordinator.tracer.entry(fn, args, kwargs)
+        return entry
+
+    def at_boundary(self, timeout: float = BOUNDARY_TIMEOUT_S) -> bool:
+        """Waits until every submitted task finished and every round is applied (True), or
+        until the tasks left pending cannot open a round without more tasks (False: not a
+        boundary; no partial round is forced)."""
+        engine = self.engine
+        deadline = time.monotonic() + timeout
+        with engine._lock:  # pylint: disable=protected-access
+            while True:
+                engine._raise_if_error()  # pylint: disable=protected-access
+                if engine.idle():
+                    return True
+                busy = (any(b.busy for b in engine.books)
+                        or any(engine._running.values()))  # pylint: disable=protected-access
+                if engine._pending and not busy:  # pylint: disable=protected-access
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"rebalancing: the rounds in flight did not finish in "
+                                       f"{timeout:.0f} s.")
+                engine._changed.wait(min(left, 1.0))  # pylint: disable=protected-access
+
+    # -------------------------------------------------------------- decisions
+    def units(self) -> dict:
+        """name -> ``(PS, bytes x accesses per step, variable)`` of every trained variable
+        that can move (a ``ShardedVariable`` the optimizer sees whole is left out)."""
+        from tf_hetero.emulation.ps import ps_index
+
+        out = {}
+        for acc in self.coordinator.tracer.accumulators:
+            for v in acc.variables:
+                if not hasattr(v, "_v"):  # not a PS variable wrapper (e.g. ShardedVariable)
+                    continue
+                ps = ps_index(v.device)
+                if ps is None:
+                    continue
+                name = v.name
+                k = 1
+                while name in out and out[name][2] is not v:
+                    k += 1
+                    name = f"{v.name}#{k}"
+                out[name] = (ps, 2 * v.shape.num_elements() * v.dtype.size, v)
+        return out
+
+    def decide(self) -> bool:
+        """Feeds the controller the window just measured; makes its moves. Returns whether
+        anything moved."""
+        rounds = self.monitor.rounds[self._round_index:]
+        self._round_index = len(self.monitor.rounds)
+        times = [r.t_applied - r.t_open for r in rounds if r.training]
+        busy = served = None
+        totals = self.monitor.ps_totals()
+        if totals is not None:
+            if self._totals is not None:
+                d = psload.delta(self._totals, totals)
+                busy, served = d["busy_s"], d["bytes"]
+            self._totals = totals
+        units = self.units()
+        moves = self.controller.decide({k: (ps, load) for k, (ps, load, _) in units.items()},
+                                       times, busy_s=busy, served_bytes=served)
+        for move in moves:
+            t0 = time.monotonic()
+            self.move(units[move.unit][2], move.dst)
+            self.moves.append((self.controller.decisions, move.unit, move.src, move.dst,
+                               time.monotonic() - t0))
+        return bool(moves)
+
+    def move(self, variable, dst: int) -> None:
+        """Moves ``variable`` with its slots and accumulators to PS ``dst``; the placement's
+        records follow."""
+        from tf_hetero.emulation.ps import ps_index
+
+        tracer = self.coordinator.tracer
+        optimizers = list(dict.fromkeys(a.optimizer for a in tracer.accumulators))
+        src = ps_index(variable.device)
+        for w in related_variables(variable, optimizers, tracer.accumulators):
+            move_variable(w, dst, self._pool)
+        placement = getattr(self.strategy.extended, "placement", None)
+        if placement is not None and src is not None:
+            placement.move(variable.name, src, dst,
+                           int(variable.shape.num_elements() * variable.dtype.size),
+                           2 if variable.trainable else 1)
+
+    def invalidate(self) -> None:
+        """Drops the traced functions that captured the old placement (kept alive)."""
+        tracer, dispatcher = self.coordinator.tracer, self.coordinator.dispatcher
+        self._keep.append((dict(tracer.entries), dict(dispatcher._apply_fns),  # pylint: disable=protected-access
+                           dict(dispatcher._drain_fns)))  # pylint: disable=protected-access
+        tracer.entries.clear()
+        dispatcher._apply_fns.clear()  # pylint: disable=protected-access
+        dispatcher._drain_fns.clear()  # pylint: disable=protected-access

@@ -1,0 +1,158 @@
+"""The live rebalancing controller (pure: no TensorFlow), on synthetic round times."""
+
+from __future__ import annotations
+
+import doctest
+import subprocess
+import sys
+
+from tf_hetero.policies import rebalance
+from tf_hetero.policies.rebalance import Move, RebalanceController
+
+
+def test_doctests():
+    import tf_hetero.placement
+
+    for module in (rebalance, tf_hetero.placement):
+        failed, _ = doctest.testmod(module)
+        assert failed == 0, module.__name__
+
+
+def test_the_controller_imports_no_tensorflow():
+    code = ("import sys, tf_hetero.policies.rebalance; "
+            "bad = [m for m in ('tensorflow', 'tf_keras') if m in sys.modules]; "
+            "sys.exit(bool(bad))")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def _units():
+    return {"big": (0, 600), "mid": (0, 300), "small": (1, 100)}
+
+
+def test_a_faster_move_is_kept_a_slower_one_undone_and_not_retried():
+    c = RebalanceController(window=4, explore=0.0, skip_first=0, retry_after=2)
+    c.bind(2)
+    units = _units()
+    assert c.decide(units, [1.0] * 4) == [Move("mid", 0, 1)]
+    units["mid"] = (1, 300)
+    # 10% faster: kept; the estimate (600 vs 400) has nothing better to offer.
+    assert c.decide(units, [0.9] * 4) == []
+    assert (c.kept, c.undone, c.baseline) == (1, 0, 0.9)
+    # Conditions change (PS 1 measured 4x slower): move "small" back to PS 0? Greedy says so.
+    moves = c.decide(units, [0.9] * 4, busy_s=[1.0, 1.6], served_bytes=[600, 400 / 4 * 1.6])
+    assert moves and moves[0].dst == 0
+    units[moves[0].unit] = (0, units[moves[0].unit][1])
+    # The trial is slower than the baseline: undone, and the same move is tabu for a while.
+    undo = c.decide(units, [0.95] * 4, busy_s=[1.0, 1.6], served_bytes=[600, 160])
+    assert undo[0] == moves[0].reverse() and c.undone == 1
+    assert all(m != moves[0] for m in undo[1:])
+
+
+def test_an_even_placement_stays_put_and_exploration_is_seeded():
+    c = RebalanceController(window=2, explore=0.0)
+    c.bind(2)
+    assert c.decide({"a": (0, 100), "b": (1, 100)}, [0.5, 0.5]) == []
+    a = RebalanceController(explore=1.0, seed=3)
+    b = RebalanceController(explore=1.0, seed=3)
+    a.bind(3)
+    b.bind(3)
+    units = {"a": (0, 100), "b": (1, 100), "c": (2, 100)}
+    assert a.propose(units, (1, 1, 1)) == b.propose(units, (1, 1, 1)) is not None
+
+
+def test_measured_rates_send_load_off_the_slow_ps():
+    c = RebalanceController(window=2, explore=0.0)
+    c.bind(2)
+    units = {"a": (0, 100), "b": (1, 100), "c": (1, 100)}
+    # Equal bytes served, PS 1 busy 3x longer: it is 3x slower, so it should hold less.
+    moves = c.decide(units, [0.5, 0.5], busy_s=[1.0, 3.0], served_bytes=[1000, 1000])
+    assert [(m.src, m.dst) for m in moves] == [(1, 0)]
+
+
+def test_bad_options_are_refused_with_the_fix():
+    import pytest
+
+    with pytest.raises(ValueError, match="window"):
+        RebalanceController(window=0)
+    with pytest.raises(ValueError, match="Fix: use True, False"):
+        rebalance.make(3)
+
+
+class _Coordinator:
+    """What the rebalancer reads of a coordinator, around a real (pure) round engine."""
+
+    def __init__(self, engine, monitor):
+        from types import SimpleNamespace
+
+        self.engine, self.monitor = engine, monitor
+        self.strategy = SimpleNamespace(extended=SimpleNamespace(_num_ps=2, placement=None))
+        self.tracer = SimpleNamespace(accumulators=[], entries={"step": "traced"},
+                                      entry=lambda fn, args, kwargs: "retraced")
+        self.dispatcher = SimpleNamespace(_apply_fns={}, _drain_fns={})
+
+
+def _bsp_engine(workers=2):
+    from fakes import FakeDispatcher
+
+    from tf_hetero.engine import RoundEngine
+    from tf_hetero.policies import AllTasks, OnePerWorker
+    from tf_hetero.telemetry import Monitor
+
+    monitor = Monitor(workers)
+    dispatcher = FakeDispatcher()
+    return RoundEngine(workers, AllTasks(), OnePerWorker(), dispatcher, monitor=monitor), \
+        dispatcher, monitor
+
+
+def _run_rounds_in_background(engine, dispatcher, rounds):
+    """Plays the TF side in a thread: runs the dispatched tasks and applies the rounds."""
+    import threading
+    import time
+
+    def play():
+        done = 0
+        while done < rounds:
+            for task, worker, round_id in list(dispatcher.dispatched):
+                if task.state == "dispatched":
+                    engine.task_started(task, worker)
+                    engine.task_finished(task, worker)
+            for round_id, _ in list(dispatcher.applies[done:]):
+                time.sleep(0.05)  # the apply takes a while: the boundary must wait for it
+                engine.apply_finished(round_id, 2)
+                done += 1
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=play, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_boundary_waits_for_the_rounds_in_flight_and_never_forces_a_partial_round():
+    from tf_hetero.strategies.runtime.rebalance import Rebalancer
+
+    engine, dispatcher, monitor = _bsp_engine()
+    seen = []
+
+    class Recording(RebalanceController):
+        def decide(self, units, round_times, busy_s=None, served_bytes=None):
+            seen.append(list(round_times))
+            return [Move("x", 0, 1)]
+
+    rebalancer = Rebalancer(_Coordinator(engine, monitor), Recording(window=1, skip_first=0))
+    rebalancer.move = lambda variable, dst: None  # no variable here: the move itself is TF's
+    rebalancer.units = lambda: {"x": (0, 8, None)}
+    # One task pending of a round of two: not a boundary, and no partial round is forced.
+    engine.submit("t0")
+    assert rebalancer.at_boundary(timeout=5) is False
+    assert dispatcher.dispatched == [] and not engine._flushing  # pylint: disable=protected-access
+    # The second task opens the round; the next schedule call waits for its apply.
+    engine.submit("t1")
+    _run_rounds_in_background(engine, dispatcher, 1)
+    rebalancer.tasks = 2
+    assert rebalancer.before_task("fn", (), {}, "entry") == "retraced"
+    assert engine.idle() and len(dispatcher.applies) == 1
+    assert len(seen) == 1 and len(seen[0]) == 1 and seen[0][0] > 0  # the round's time
+    assert rebalancer.moves and rebalancer.moves[0][1:4] == ("x", 0, 1)
+    # The functions traced before the move are dropped (and kept alive).
+    coordinator = rebalancer.coordinator
+    assert coordinator.tracer.entries == {} and rebalancer._keep  # pylint: disable=protected-access

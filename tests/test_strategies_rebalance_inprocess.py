@@ -1,0 +1,145 @@
+"""Live rebalancing (issue 14 item 4) on the shared in-process cluster (3 workers, 2 PS): a
+variable moves to the other PS task in the middle of a real ``model.fit``, with its optimizer
+slots and its accumulator, and the fit still equals large-batch SGD.
+
+Keep/undo decisions come from the pure controller (tf_hetero/policies/rebalance.py, doctests
+on synthetic round times); here a controller whose measured means are scripted makes the
+real fit take the undo path. No timing is asserted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_strategies_inprocess import B, N, _loss, _optimizers, _per_worker_fn
+from test_strategies_inprocess import _model as _small_model
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(inprocess_cluster):
+    assert inprocess_cluster.num_workers == N and inprocess_cluster.num_ps == 2
+    return inprocess_cluster
+
+
+def _data(rounds):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(rounds * N * B, 5)).astype("float32")
+    y = rng.integers(0, 3, rounds * N * B)
+    return x, y
+
+
+def _optimizer_variables(optimizer):
+    """The optimizer's variables (new tf_keras: a property; legacy: a method)."""
+    return optimizer.variables() if callable(optimizer.variables) else optimizer.variables
+
+
+def _slots(optimizer):
+    """Slot values in creation order (iterations left out), as numpy."""
+    return [v.numpy() for v in _optimizer_variables(optimizer) if "iter" not in v.name]
+
+
+class _Scripted:
+    """Builds a controller whose window means are given (rounds measured are ignored)."""
+
+    @staticmethod
+    def make(means, **kw):
+        from tf_hetero.policies.rebalance import RebalanceController
+
+        class Scripted(RebalanceController):
+            def window_mean(self, round_times):
+                assert round_times, "a decision without measured rounds"
+                return means.pop(0)
+
+        return Scripted(explore=0.0, skip_first=0, **kw)
+
+
+def _fit_and_compare(cluster, controller, rounds, optimizer="sgd_momentum"):
+    import tf_keras as keras
+
+    import tf_hetero
+
+    x, y = _data(rounds)
+    loss = _loss()
+    strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=controller)
+    with strategy.scope():
+        model = _small_model()
+        model.compile(_optimizers()[optimizer](), loss)
+    before = [v.device for v in model.trainable_variables]
+    model.fit(keras.utils.experimental.DatasetCreator(_per_worker_fn(x, y, rounds)), epochs=1,
+              steps_per_epoch=N * rounds, verbose=0)
+    reference = _small_model()
+    reference.compile(_optimizers()[optimizer](), loss)
+    xs, ys = x.reshape(rounds, N, B, 5), y.reshape(rounds, N, B)
+    for k in range(rounds):
+        reference.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    got, want = _slots(model.optimizer), _slots(reference.optimizer)
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+    assert int(model.optimizer.iterations.numpy()) == rounds
+    assert [r.applied for r in strategy.engine.rounds] == [N] * rounds
+    return strategy, model, before
+
+
+@pytest.mark.parametrize("optimizer", ["sgd_momentum", "adam", "legacy_adam"])
+def test_a_move_in_the_middle_of_fit_loses_nothing(cluster, optimizer):
+    """After 2 of 4 rounds the controller moves one kernel off the PS holding both
+    (round-robin); the fit equals large-batch SGD, slots included, and the kernel, its slots
+    and its accumulator all live on the new PS."""
+    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.rebalance import RebalanceController
+
+    controller = RebalanceController(window=2, explore=0.0, skip_first=0)
+    strategy, model, before = _fit_and_compare(cluster, controller, rounds=4,
+                                               optimizer=optimizer)
+    moves = strategy.rebalancer.moves
+    assert len(moves) == 1, moves
+    _, unit, src, dst, _ = moves[0]
+    moved = [i for i, v in enumerate(model.trainable_variables) if v.name == unit]
+    assert len(moved) == 1
+    variable = model.trainable_variables[moved[0]]
+    assert ps_index(before[moved[0]]) == src
+    assert ps_index(variable.device) == dst != src  # the variable really moved
+    # Its slots and its accumulator moved with it.
+    short = unit.split(":")[0]
+    slots = [v for v in _optimizer_variables(model.optimizer) if short in v.name]
+    assert slots and all(ps_index(s.device) == dst for s in slots), [s.device for s in slots]
+    accs = [a.acc[a.index_of(variable)] for a in strategy.coordinator.tracer.accumulators
+            if a.covers([variable])]
+    assert accs and all(ps_index(a.device) == dst for a in accs)
+    # The placement's records (and so the per-PS load telemetry) follow the move.
+    placed = [ps for name, ps, _ in strategy.monitor.placement.placed if name == unit]
+    assert placed == [dst]
+    assert controller.decisions == 1 and strategy.monitor.summary()["rebalance_decisions"] == 1
+
+
+def test_a_move_that_makes_rounds_slower_is_undone_and_loses_nothing(cluster):
+    """Scripted window means: 1.0 s (baseline, move), then 1.2 s (slower: undo). The kernel
+    goes back to its PS in the middle of fit and the result still equals large-batch SGD."""
+    from tf_hetero.emulation.ps import ps_index
+
+    controller = _Scripted.make([1.0, 1.2], window=2)
+    strategy, model, before = _fit_and_compare(cluster, controller, rounds=6)
+    moves = strategy.rebalancer.moves
+    assert controller.undone == 1 and controller.kept == 0
+    (_, unit, src, dst, _), (_, unit2, src2, dst2, _) = moves[:2]
+    assert (unit2, src2, dst2) == (unit, dst, src)  # the undo
+    if len(moves) == 2:  # nothing else was tried: everything is back where it was
+        assert [v.device for v in model.trainable_variables] == before
+    assert [h["decision"] for h in controller.history] == ["measure", "undo"]
+    assert ps_index(next(v for v in model.trainable_variables if v.name == unit).device) in (
+        src, dst)
+
+
+def test_rebalance_is_an_option_of_round_strategies_only(cluster):
+    import tf_hetero
+
+    strategy = tf_hetero.BSPStrategy(cluster.resolver, placement="balanced", rebalance=True)
+    assert strategy.rebalancer is not None and strategy.rebalancer.controller.window == 8
+    assert tf_hetero.BSPStrategy(cluster.resolver).rebalancer is None
+    with pytest.raises(ValueError, match=r"live rebalancing moves variables at round "
+                                         r"boundaries.*Fix: use a round strategy"):
+        tf_hetero.ASPStrategy(cluster.resolver, rebalance=True)
