@@ -18,6 +18,7 @@ PURE = [
     "tf_hetero.policies", "tf_hetero.policies.sync", "tf_hetero.policies.assign",
     "tf_hetero.policies.gate", "tf_hetero.policies.late", "tf_hetero.policies.transfer",
     "tf_hetero.policies.estimate", "tf_hetero.policies.group", "tf_hetero.policies.scale",
+    "tf_hetero.policies.diverge", "tf_hetero.policies.rebalance",
     "tf_hetero.telemetry.records", "tf_hetero.telemetry.monitor", "tf_hetero.telemetry.perf",
     "tf_hetero.telemetry.tasklog", "tf_hetero.telemetry.psload", "tf_hetero.placement",
     "tf_hetero.cluster.tf_config", "tf_hetero.cluster.reach", "tf_hetero.emulation.profile",

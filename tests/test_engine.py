@@ -610,6 +610,21 @@ def test_fail_keeps_the_first_error():
     assert info.value is first
 
 
+def test_a_failure_seen_before_the_error_was_cleared_does_not_fail_the_next_fit():
+    """A closure cancelled by fit 1's error reports it after the user got it and the engine was
+    cleared: ``since`` (the generation it read when it started) marks it stale; a failure
+    of the new fit still stops the engine."""
+    e, _, _, _ = bsp(2)
+    started = e.generation  # a closure of fit 1 starts
+    e.fail(RuntimeError("fit 1"))
+    e.clear_error()  # the error reached the user
+    e.fail(RuntimeError("fit 1, echoed by a cancelled closure"), since=started)
+    e.submit(0)  # fit 2 runs
+    e.fail(RuntimeError("fit 2"), since=e.generation)
+    with pytest.raises(RuntimeError, match="fit 2"):
+        e.submit(1)
+
+
 def test_fail_stops_dispatching_new_rounds():
     e, d, _, _ = bsp(2)
     tasks = [e.submit(i) for i in range(2)]

@@ -23,6 +23,7 @@ from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
 from tf_hetero.engine import RoundEngine
 from tf_hetero.strategies.runtime import fitplan, watchdog, workers
+from tf_hetero.strategies.runtime.divergence import LossWatch
 from tf_hetero.strategies.runtime.accumulate import NO_ROUND, patch_lock
 from tf_hetero.strategies.runtime.applier import ChiefApplier
 from tf_hetero.strategies.runtime.dispatcher import ClosureDispatcher
@@ -57,6 +58,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.tracer = StepTracer(self)
         self.applier = ChiefApplier(self)
         self.dispatcher = ClosureDispatcher(self, self.tracer)
+        self.losses = LossWatch(self)  # asynchronous steps: a diverging loss stops the fit
         # Deadlines and task transfer need time to pass: a ticker runs while the engine has
         # work (started by schedule, ends once idle).
         self.ticker, self.ticker_lock = None, threading.Lock()
@@ -73,6 +75,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         if not entry.is_train:
             return translated(super().schedule, fn, args=args, kwargs=kwargs)
         plan = fitplan.take_plan(self.strategy)
+        if plan is not None:  # a fit starts
+            self.losses.reset()
         if plan is not None and self.engine is not None and self.engine.rounds_mode:
             groups = len(self.engine.groups) or 1
             print(fitplan.plan_line(type(self.strategy).__name__, workers=self.engine.num_workers,
@@ -81,6 +85,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             closure = self.closure(fn, args, kwargs)
             set_tag(closure, ClosureTag(ClosureKind.ASYNC))
             remote_value = closure.build_output_remote_value()
+            self.losses.keep(closure, remote_value)
             translated(self._cluster.closure_queue.put, closure)
             return remote_value
         self.dispatcher.last_accumulators = entry.accumulators
@@ -91,6 +96,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             source = (fn, args, kwargs)
         closure = self.dispatcher.task_closure(source)
         remote_value = closure.build_output_remote_value()
+        if not self.engine.rounds_mode:  # SSP: each step applied on its worker
+            self.losses.keep(closure, remote_value)
         self._make_fetch_start_rounds(remote_value)
         try:
             self.engine.submit(closure)  # dispatch() attaches the engine's Task to the closure
@@ -105,6 +112,12 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         try:
             if self.engine is not None:
                 watchdog.wait_bounded(self, lambda: self.engine.wait_idle(timeout=1.0))
+            else:  # ASP: TF's own wait, with the stall bound
+                queue = self._cluster.closure_queue
+                watchdog.wait_bounded(self, lambda: queue.wait(timeout=1.0))
+            self.losses.flush()  # the last steps' losses
+            if self.engine is not None:
+                self.engine.raise_if_error()
             translated(super().join)
         except Exception:
             self._error_reached_user()

@@ -30,11 +30,15 @@ class ClosureKind(str, enum.Enum):
 @dataclasses.dataclass
 class ClosureTag:
     """What a closure is. ``source`` is ``(fn, args, kwargs)`` of a task (to copy it for
-    task transfer and to know which accumulators it writes)."""
+    task transfer and to know which accumulators it writes). ``output``: an asynchronous
+    step's result, held until a worker ran the step: TF copies a result to the chief only
+    while someone holds it, and the loss check reads it there
+    (:mod:`~tf_hetero.strategies.runtime.divergence`)."""
 
     kind: ClosureKind
     task: Any = None
     source: tuple | None = None
+    output: Any = None
 
     @property
     def internal(self) -> bool:

@@ -51,6 +51,7 @@ class StepTracer:
         self.accumulators: list[Accumulators] = []
         self.buffers: list[LocalBuffers] = []  # local accumulation (H-PS)
         self.accumulators_of: dict = {}  # task function -> the accumulators it writes
+        self.optimizers: list = []  # asynchronous steps' optimizers (the divergence message)
 
     def entry(self, fn, args, kwargs) -> StepEntry:
         entry = self.entries.get(fn)
@@ -69,8 +70,12 @@ class StepTracer:
         if python_fn is None:
             self._refuse_direct_writes(fn, concrete_writes(fn))
             return StepEntry(None, is_train=False)
-        record, keep = self._trace_once(python_fn, args, kwargs,
-                                        lambda opt, variables: _NullAccumulators())
+        def note_optimizer(optimizer, variables):
+            if not any(o is optimizer for o in self.optimizers):
+                self.optimizers.append(optimizer)
+            return _NullAccumulators()
+
+        record, keep = self._trace_once(python_fn, args, kwargs, note_optimizer)
         self._refuse_direct_writes(fn, record.get("writes", ()))
         if record.get("calls", 0):
             self.monitor.bytes_per_push = record["bytes"]
@@ -136,8 +141,9 @@ class StepTracer:
         """``"learning rate 0.32"`` of the optimizers the training steps use (for the
         divergence message); a schedule is named by its class."""
         rates = []
-        for acc in self.accumulators:
-            lr = getattr(getattr(acc, "optimizer", None), "learning_rate", None)
+        optimizers = [getattr(acc, "optimizer", None) for acc in self.accumulators]
+        for optimizer in optimizers + self.optimizers:
+            lr = getattr(optimizer, "learning_rate", None)
             if lr is None:
                 continue
             try:

@@ -15,6 +15,7 @@ import time
 import weakref
 
 from tf_hetero.engine import EngineError
+from tf_hetero.strategies.runtime.divergence import fail_queue
 from tf_hetero.strategies.runtime.errors import translate
 
 __all__ = ["wait_bounded", "ensure_ticker", "TICKER_IDLE_EXIT_S"]
@@ -41,11 +42,14 @@ def wait_bounded(coordinator, wait_step) -> None:
         if count != last_count:
             last_progress, last_count = time.monotonic(), count
         elif time.monotonic() - last_progress > stall:
+            live = f" (live workers: {engine.live_workers})" if engine is not None else ""
             err = EngineError(
-                f"No task or round finished in {stall:.0f} s (live workers: "
-                f"{engine.live_workers}). Fix: check that the workers are running; "
-                "raise stall_timeout_s for very long tasks.")
-            engine.fail(err)
+                f"No task or round finished in {stall:.0f} s{live}. Fix: check that the "
+                "workers are running; raise stall_timeout_s for very long tasks.")
+            if engine is not None:
+                engine.fail(err)
+            else:  # ASP: the caller cancels what is queued, as after a worker's error
+                fail_queue(coordinator, err)
             raise err
 
 

@@ -52,6 +52,7 @@ def _instrument(coordinator, worker, attempt, versions):
         # _on_closure_failure, e.g. for transient PS errors).
         closure.tag = None
         start = time.perf_counter()
+        generation = engine.generation if engine is not None else 0
         if task is not None:
             fresh = engine.task_started(task, w)
             if task.round is not None:  # its round, slot, lane and push flags are final now
@@ -68,7 +69,7 @@ def _instrument(coordinator, worker, attempt, versions):
             return  # the closure went back to the queue; another worker runs it
         error = queue._error  # pylint: disable=protected-access
         if error is not None and engine is not None:
-            engine.fail(translate(error))
+            engine.fail(translate(error), since=generation)  # stale if the user got it
             return
         if task is not None:
             engine.task_finished(task, w)
@@ -79,6 +80,8 @@ def _instrument(coordinator, worker, attempt, versions):
                 staleness = versions.version - version
                 versions.version += 1
             monitor.record_task(w, start, end, applied=True, staleness=staleness)
+        if tag is not None and tag.output is not None:  # an asynchronous step: its loss
+            coordinator.losses.finished(closure, w)
 
     def on_closure_failure(closure, e):
         attempt.failed = True

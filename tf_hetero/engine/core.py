@@ -115,6 +115,9 @@ class RoundEngine:
         self._flushing = False
         self._last_plan = None  # (context key, plan): see _plan
         self._error: BaseException | None = None
+        #: Counts cleared errors: a failure seen by a closure that started before the last
+        #: clear belongs to a fit whose error already reached the user (``fail(since=)``).
+        self.generation = 0
         #: Reads each applied round's gradient norm (None: no check).
         self.guard = guard if guard is not None else DivergenceGuard()
         #: Optional ``() -> str`` naming the learning rate, for the divergence message.
@@ -297,11 +300,15 @@ class RoundEngine:
             self._pump()
             self._changed.notify_all()
 
-    def fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException, since: int | None = None) -> None:
         """Stops the engine: pending tasks are cancelled, waiters get ``error``. The rounds
         in progress are abandoned: a task of theirs that still starts writes nothing, and
-        one that still finishes applies nothing."""
+        one that still finishes applies nothing. ``since``: the :attr:`generation` the caller
+        read before the work that failed; if an error has been cleared since, this one is
+        that fit's echo (e.g. a worker's closure cancelled by it) and is ignored."""
         with self._lock:
+            if since is not None and since != self.generation:
+                return
             if self._error is None:
                 self._error = error
             while self._pending:
@@ -327,6 +334,7 @@ class RoundEngine:
         """The failure has reached the user: accept new tasks again (the next ``fit``)."""
         with self._lock:
             self._error = None
+            self.generation += 1
             self._flushing = False
             if self.guard is not None:
                 self.guard.reset()  # e.g. the user lowered the learning rate

@@ -14,12 +14,13 @@ per family, each implementing one Protocol of :mod:`tf_hetero.engine.api`.
   :mod:`~tf_hetero.policies.community` -- CommunityGroups (CASP: an A3C-trained agent);
 - :mod:`~tf_hetero.policies.scale` -- ``scale(group size, workers, staleness, fraction)``:
   GroupScale (grouped sync, DynSGD), SampledScale (EPSP slack);
-- :mod:`~tf_hetero.policies.diverge` -- ``check(round, gradient norm)``: DivergenceGuard.
+- :mod:`~tf_hetero.policies.diverge` -- ``check(round, gradient norm)``: DivergenceGuard;
+  ``check(step, loss)``: LossGuard (asynchronous strategies).
 """
 
 from tf_hetero.policies.assign import (BalancedBatches, ElasticParallelism, OnePerIdleWorker,
                                        OnePerWorker, SpeedProportional)
-from tf_hetero.policies.diverge import DivergenceError, DivergenceGuard
+from tf_hetero.policies.diverge import DivergenceError, DivergenceGuard, LossGuard
 from tf_hetero.policies.estimate import (Projection, StragglerProjection, smoothed_time, warm)
 from tf_hetero.policies.gate import StalenessBound, Unbounded
 from tf_hetero.policies.community import CommunityGroups
@@ -32,5 +33,5 @@ from tf_hetero.policies.transfer import TransferAfter
 __all__ = ["Async", "AllTasks", "FirstK", "SlackSync", "OnePerWorker", "OnePerIdleWorker",
            "ElasticParallelism", "SpeedProportional", "BalancedBatches", "Unbounded", "StalenessBound",
            "StalenessWeight", "TransferAfter", "Projection", "StragglerProjection",
-           "smoothed_time", "warm", "DivergenceGuard", "DivergenceError", "FixedGroups",
+           "smoothed_time", "warm", "DivergenceGuard", "LossGuard", "DivergenceError", "FixedGroups",
            "SpeedGroups", "GroupScale", "SampledScale", "CommunityGroups"]

@@ -1,4 +1,4 @@
-"""Divergence: when a round's mean gradient says training has diverged (pure Python).
+"""Divergence: when training has diverged (pure Python).
 
 A round strategy's apply reports the global norm of the round's mean gradient (a gradient
 that is not finite goes in as zeros, so the weights stay finite).
@@ -6,6 +6,10 @@ that is not finite goes in as zeros, so the weights stay finite).
 ``factor`` times the median of the first ``reference_rounds`` rounds' (from the fourth round
 on; the loss exploding),
 stops ``fit`` with one line that says what to lower.
+
+Asynchronous strategies (ASP, SSP) apply each step on its worker, as stock TF does, so no
+round mean exists: :class:`LossGuard` reads the loss each step returns (``model.fit``'s
+logs) the same way.
 
 >>> g = DivergenceGuard(factor=100, reference_rounds=3)
 >>> [g.check(r, n) for r, n in enumerate([1.0, 2.0, 1.5, 40.0])]
@@ -21,7 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 
-__all__ = ["DivergenceGuard", "DivergenceError"]
+__all__ = ["DivergenceGuard", "LossGuard", "DivergenceError"]
 
 
 class DivergenceError(RuntimeError):
@@ -43,18 +47,26 @@ class DivergenceGuard:
     def check(self, round_id: int, norm: float) -> str | None:
         """Why round ``round_id`` (gradient norm ``norm``) shows divergence, or ``None``."""
         if not math.isfinite(norm):
-            return (f"the mean gradient of round {round_id} is not finite (NaN/Inf); it was "
-                    "applied as zeros")
+            return self._not_finite(round_id)
         # Compared with the first rounds' median from the third round on, so a loss that
         # explodes from the start is caught early.
         typical = statistics.median(self.reference) if len(self.reference) >= 3 else None
         if len(self.reference) < self.reference_rounds:
             self.reference.append(norm)
         if typical is not None and typical > 0 and norm > self.factor * typical:
-            return (f"the mean gradient norm of round {round_id} is {norm:.3g}, "
-                    f"{norm / typical:.0f}x its median over the first rounds ({typical:.3g}): "
-                    "the loss is exploding")
+            return (f"{self._quantity(round_id)} is {norm:.3g}, "
+                    f"{norm / typical:.0f}x its median over the first {self.unit}s "
+                    f"({typical:.3g}): the loss is exploding")
         return None
+
+    unit = "round"
+
+    def _quantity(self, index: int) -> str:
+        return f"the mean gradient norm of round {index}"
+
+    def _not_finite(self, index: int) -> str:
+        return (f"the mean gradient of round {index} is not finite (NaN/Inf); it was applied "
+                "as zeros")
 
     def reset(self) -> None:
         """A new fit (e.g. after the user lowered the learning rate)."""
@@ -62,3 +74,35 @@ class DivergenceGuard:
 
     def __repr__(self):
         return f"DivergenceGuard(factor={self.factor:g}, reference_rounds={self.reference_rounds})"
+
+
+class LossGuard(DivergenceGuard):
+    """Flags divergence from the loss each asynchronous step returns: a NaN/Inf loss, or a
+    loss more than ``factor`` times the median of the first ``reference_rounds`` steps'.
+    Keras' logged loss is the epoch's running mean, so a loss that explodes moves it less
+    than the step's own loss: the factor is lower than the gradient guard's.
+
+    >>> g = LossGuard()
+    >>> [g.check(s, x) for s, x in enumerate([2.3, 2.2, 2.1, 1.9])]
+    [None, None, None, None]
+    >>> g.check(4, 5e3)
+    'the loss of step 4 is 5e+03, 2326x its median over the first steps (2.15): the loss is exploding'
+    >>> g.check(5, float("inf"))
+    'the loss of step 5 is not finite (NaN/Inf): the weights may hold NaN/Inf now (each step is applied on its worker, as under stock ParameterServerStrategy)'
+    """
+
+    unit = "step"
+
+    def __init__(self, factor: float = 1e3, reference_rounds: int = 10):
+        super().__init__(factor, reference_rounds)
+
+    def _quantity(self, index: int) -> str:
+        return f"the loss of step {index}"
+
+    def _not_finite(self, index: int) -> str:
+        return (f"the loss of step {index} is not finite (NaN/Inf): the weights may hold "
+                "NaN/Inf now (each step is applied on its worker, as under stock "
+                "ParameterServerStrategy)")
+
+    def __repr__(self):
+        return f"LossGuard(factor={self.factor:g}, reference_rounds={self.reference_rounds})"
