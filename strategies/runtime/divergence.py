@@ -24,9 +24,10 @@ import threading
 import tensorflow as tf
 
 from tf_hetero.policies.diverge import DivergenceError, LossGuard
+from tf_hetero.strategies.runtime.errors import fail_fit
 from tf_hetero.strategies.runtime.tags import tag_of
 
-__all__ = ["LossWatch", "fail_queue"]
+__all__ = ["LossWatch"]
 
 
 class LossWatch:
@@ -101,21 +102,7 @@ class LossWatch:
         error = DivergenceError(
             f"tf-hetero: training diverged: {why}. Fix: lower the learning rate"
             f"{' (' + hint + ')' if hint else ''}, or warm it up over the first steps.")
-        engine = self.coordinator.engine
-        if engine is not None:
-            engine.fail(error)  # (not the queue too: each would raise it, once per fit)
-        else:
-            fail_queue(self.coordinator, error)
-
-
-def fail_queue(coordinator, error: BaseException) -> None:
-    """Makes ``error`` the closure queue's error, as a failing closure would: the next
-    ``schedule``, ``join`` or ``done`` raises it and cancels what is queued."""
-    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
-    with queue._queue_lock:  # pylint: disable=protected-access
-        if queue._error is None:  # pylint: disable=protected-access
-            queue._error = error  # pylint: disable=protected-access
-        queue._stop_waiting_condition.notify_all()  # pylint: disable=protected-access
+        fail_fit(self.coordinator, error)
 
 
 def _loss_of(result):

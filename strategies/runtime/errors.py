@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-__all__ = ["ParameterServerError", "translate", "translated"]
+__all__ = ["ParameterServerError", "translate", "translated", "fail_fit"]
 
 
 class ParameterServerError(RuntimeError):
@@ -35,3 +35,18 @@ def translated(call, *args, **kwargs):
         if t is e:
             raise
         raise t from e
+
+
+def fail_fit(coordinator, error: BaseException) -> None:
+    """Fails the running fit with ``error``: through the engine if the strategy has one,
+    else (ASP) as the closure queue's error, as a failing closure would; the next
+    ``schedule``, ``join`` or ``done`` raises it and cancels what is queued. Never both:
+    each would raise it, once per fit."""
+    if coordinator.engine is not None:
+        coordinator.engine.fail(error)
+        return
+    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+    with queue._queue_lock:  # pylint: disable=protected-access
+        if queue._error is None:  # pylint: disable=protected-access
+            queue._error = error  # pylint: disable=protected-access
+        queue._stop_waiting_condition.notify_all()  # pylint: disable=protected-access

@@ -170,25 +170,13 @@ class Rebalancer:
         return entry
 
     def at_boundary(self, timeout: float = BOUNDARY_TIMEOUT_S) -> bool:
-        """Waits until every submitted task finished and every round is applied (True), or
-        until the tasks left pending cannot open a round without more tasks (False: not a
-        boundary; no partial round is forced)."""
-        engine = self.engine
-        deadline = time.monotonic() + timeout
-        with engine._lock:  # pylint: disable=protected-access
-            while True:
-                engine._raise_if_error()  # pylint: disable=protected-access
-                if engine.idle():
-                    return True
-                busy = (any(b.busy for b in engine.books)
-                        or any(engine._running.values()))  # pylint: disable=protected-access
-                if engine._pending and not busy:  # pylint: disable=protected-access
-                    return False
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"rebalancing: the rounds in flight did not finish in "
-                                       f"{timeout:.0f} s.")
-                engine._changed.wait(min(left, 1.0))  # pylint: disable=protected-access
+        """Waits for a round boundary (:meth:`RoundEngine.wait_boundary`): True when every
+        task scheduled so far has finished and every round is applied, False when the tasks
+        left pending cannot open a round without more tasks."""
+        try:
+            return self.engine.wait_boundary(timeout)
+        except TimeoutError as e:
+            raise TimeoutError(f"rebalancing: {e} Or turn rebalance off.") from e
 
     # -------------------------------------------------------------- decisions
     def units(self) -> dict:

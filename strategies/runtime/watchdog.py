@@ -15,8 +15,7 @@ import time
 import weakref
 
 from tf_hetero.engine import EngineError
-from tf_hetero.strategies.runtime.divergence import fail_queue
-from tf_hetero.strategies.runtime.errors import translate
+from tf_hetero.strategies.runtime.errors import fail_fit, translate
 
 __all__ = ["wait_bounded", "ensure_ticker", "TICKER_IDLE_EXIT_S"]
 
@@ -46,10 +45,7 @@ def wait_bounded(coordinator, wait_step) -> None:
             err = EngineError(
                 f"No task or round finished in {stall:.0f} s{live}. Fix: check that the "
                 "workers are running; raise stall_timeout_s for very long tasks.")
-            if engine is not None:
-                engine.fail(err)
-            else:  # ASP: the caller cancels what is queued, as after a worker's error
-                fail_queue(coordinator, err)
+            fail_fit(coordinator, err)
             raise err
 
 

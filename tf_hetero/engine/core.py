@@ -189,6 +189,28 @@ class RoundEngine:
             self._raise_if_error()
             return True
 
+    def wait_boundary(self, timeout: float) -> bool:
+        """Blocks until a round boundary: every submitted task finished and every round
+        applied (True), or the tasks left pending cannot open a round without more tasks
+        (False: not a boundary; unlike :meth:`wait_idle`, no partial round is forced).
+        Raises the engine's error, and ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                self._raise_if_error()
+                if self.idle():
+                    return True
+                busy = any(b.busy for b in self.books) or any(self._running.values())
+                if self._pending and not busy:
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"The rounds in flight did not finish in {timeout:.0f} s (live "
+                        f"workers: {self.live_workers}). Fix: check that the workers are "
+                        "running.")
+                self._changed.wait(min(left, 1.0))
+
     # -------------------------------------------------------------- worker side
     def task_started(self, task: Task, worker: int) -> bool:
         """A worker thread starts ``task``. Returns False if it is stale (its round closed)."""

@@ -73,7 +73,8 @@ class DivergenceGuard:
         self.reference = []
 
     def __repr__(self):
-        return f"DivergenceGuard(factor={self.factor:g}, reference_rounds={self.reference_rounds})"
+        return (f"{type(self).__name__}(factor={self.factor:g}, "
+                f"reference_rounds={self.reference_rounds})")
 
 
 class LossGuard(DivergenceGuard):
@@ -103,6 +104,3 @@ class LossGuard(DivergenceGuard):
         return (f"the loss of step {index} is not finite (NaN/Inf): the weights may hold "
                 "NaN/Inf now (each step is applied on its worker, as under stock "
                 "ParameterServerStrategy)")
-
-    def __repr__(self):
-        return f"LossGuard(factor={self.factor:g}, reference_rounds={self.reference_rounds})"
