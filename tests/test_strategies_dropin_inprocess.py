@@ -331,10 +331,12 @@ def test_progress_stops_printing_when_its_fit_raises(cluster):
     assert stream.getvalue() == printed  # nothing more after the fit raised
 
 
-# ASP only: after the SSP variant of this test, the next test on the shared cluster hung (a
-# BSP fit; a registered toy strategy's fit) in 4 of 7 runs, its bounded wait never firing
-# while the worker threads kept executing functions. Open finding of issue 15.
-def test_an_asp_fit_in_which_nothing_finishes_stops_at_the_stall_bound(cluster):
+# The next test on the shared cluster runs right after these stalled fits: with the in-process
+# pool at TF's num_workers + 1 threads it hung after the SSP variant (a thread-starvation
+# deadlock; docs/TF_INTERNALS.md section 10); test_a_fit_after_a_stalled_fit_trains checks
+# that it no longer does.
+@pytest.mark.parametrize("name", ["asp", "ssp", "bsp"])
+def test_a_fit_in_which_nothing_finishes_stops_at_the_stall_bound(cluster, name):
     """A worker that never finishes (here: each batch takes 4 s to produce) ends ``fit`` with
     the stall error after ``stall_timeout_s``, under ASP too (TF alone waits for an hour). The
     message names the 1 s bound, so it is the bound, not a finished step, that ended the fit."""
@@ -344,7 +346,7 @@ def test_an_asp_fit_in_which_nothing_finishes_stops_at_the_stall_bound(cluster):
     import tf_hetero
     from tf_hetero.strategies import registry
 
-    strategy = registry.make("asp", cluster.resolver, stall_timeout_s=1.0)
+    strategy = registry.make(name, cluster.resolver, stall_timeout_s=1.0)
     slow = small.dataset_fn(B)
 
     def hung(ctx=None):
@@ -356,3 +358,13 @@ def test_an_asp_fit_in_which_nothing_finishes_stops_at_the_stall_bound(cluster):
     with pytest.raises(tf_hetero.engine.EngineError, match=r"No task or round finished in 1 s"):
         _in_thread(lambda: model.fit(keras.utils.experimental.DatasetCreator(hung), epochs=1,
                                      steps_per_epoch=N, verbose=0))
+
+
+def test_a_fit_after_a_stalled_fit_trains(cluster):
+    """Right after the stalled fits above (their functions still sleep on the workers), a BSP
+    fit on the same cluster finishes and applies its rounds. With TF's num_workers + 1 inter-op
+    threads in the shared in-process pool this deadlocked after the SSP variant (the old and
+    the new fit's functions each held a thread; docs/TF_INTERNALS.md section 10)."""
+    strategy = _strategy("bsp", cluster)
+    model = _in_thread(lambda: _fit(strategy, model_seed=3))
+    assert int(model.optimizer.iterations.numpy()) == 2  # 2 * N steps, rounds of N

@@ -302,9 +302,13 @@ class LocalCluster:
 
         spec = tf.train.ClusterSpec(self.cluster_spec)
         worker_config = tf.compat.v1.ConfigProto()
-        # Without this an in-process cluster hangs on a 2-core machine (docs/TF_INTERNALS.md):
-        # each worker needs an inter-op thread of its own, plus one.
-        worker_config.inter_op_parallelism_threads = self.num_workers + 1
+        # The in-process servers share one inter-op pool, and a function blocked on another
+        # task (a recv, a sleeping input pipeline) holds its thread. With fewer threads than
+        # blocked functions the cluster deadlocks (docs/TF_INTERNALS.md section 10): TF's
+        # tutorial gives each worker one, plus one; a fit that failed or hit the stall bound
+        # can leave one function per worker in flight beside the next fit's, so allow two.
+        # Blocked threads cost no CPU.
+        worker_config.inter_op_parallelism_threads = 2 * (self.num_workers + 1)
         for i in range(self.num_workers):
             self._servers.append(tf.distribute.Server(
                 spec, job_name="worker", task_index=i, config=worker_config,
