@@ -131,7 +131,10 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         from tf_hetero.strategies.runtime.rebalance import Rebalancer
 
         self.coordinator.rebalancer = Rebalancer(self.coordinator, controller)
-        self.monitor.add_summary(lambda rounds, num_workers: controller.summary())
+        if not getattr(self, "_rebalance_summarized", False):  # once, whatever is replaced
+            self._rebalance_summarized = True
+            self.monitor.add_summary(lambda rounds, num_workers: (
+                self.rebalancer.controller.summary() if self.rebalancer is not None else {}))
 
     @property
     def rebalancer(self):

@@ -54,6 +54,17 @@ class _Scripted:
         return Scripted(explore=0.0, skip_first=0, **kw)
 
 
+def _assert_same_state(got, want):
+    """Weights, optimizer slots and iterations equal (to 1e-5)."""
+    for g, w in zip(got.get_weights(), want.get_weights()):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+    slots_got, slots_want = _slots(got.optimizer), _slots(want.optimizer)
+    assert len(slots_got) == len(slots_want) > 0
+    for g, w in zip(slots_got, slots_want):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+    assert int(got.optimizer.iterations.numpy()) == int(want.optimizer.iterations.numpy())
+
+
 def _fit_and_compare(cluster, controller, rounds, optimizer="sgd_momentum"):
     import tf_keras as keras
 
@@ -73,12 +84,7 @@ def _fit_and_compare(cluster, controller, rounds, optimizer="sgd_momentum"):
     xs, ys = x.reshape(rounds, N, B, 5), y.reshape(rounds, N, B)
     for k in range(rounds):
         reference.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
-    for got, want in zip(model.get_weights(), reference.get_weights()):
-        np.testing.assert_allclose(got, want, atol=1e-5)
-    got, want = _slots(model.optimizer), _slots(reference.optimizer)
-    assert len(got) == len(want) > 0
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, atol=1e-5)
+    _assert_same_state(model, reference)
     assert int(model.optimizer.iterations.numpy()) == rounds
     assert [r.applied for r in strategy.engine.rounds] == [N] * rounds
     return strategy, model, before
@@ -143,3 +149,81 @@ def test_rebalance_is_an_option_of_round_strategies_only(cluster):
     with pytest.raises(ValueError, match=r"live rebalancing moves variables at round "
                                          r"boundaries.*Fix: use a round strategy"):
         tf_hetero.ASPStrategy(cluster.resolver, rebalance=True)
+
+
+def _kernel_ps(model):
+    from tf_hetero.emulation.ps import ps_index
+
+    return [ps_index(v.device) for v in model.trainable_variables]
+
+
+def _compiled(strategy):
+    with strategy.scope():
+        model = _small_model()
+        model.compile(_optimizers()["sgd_momentum"](), _loss())
+    return model
+
+
+def _fit_rounds(model, x, y, rounds, **kw):
+    import tf_keras as keras
+
+    model.fit(keras.utils.experimental.DatasetCreator(_per_worker_fn(x, y, rounds)),
+              verbose=0, **{"epochs": 1, "steps_per_epoch": N * rounds, **kw})
+
+
+def test_checkpoints_keep_the_placement_and_restore_across_a_move(cluster, tmp_path):
+    """Item 6 of issue 14. A 2-epoch fit (2 rounds each) moves one kernel at the boundary
+    between its epochs; ModelCheckpoint writes one checkpoint before the move and one after.
+
+    - The checkpoint written after the move, loaded into a fresh model (round-robin, so the
+      kernel starts on its old PS), moves the kernel where it was saved and continues
+      exactly: one more round equals the original model's next round (weights, momentum,
+      iterations).
+    - The checkpoint written before the move, loaded into the original model (kernel moved),
+      puts the kernel back and re-running epoch 2 reproduces the original epoch 2."""
+    import tf_keras as keras
+
+    import tf_hetero
+    from tf_hetero.policies.rebalance import RebalanceController
+
+    x, y = _data(5)
+    blocks = [slice(k * N * B, (k + 1) * N * B) for k in range(5)]
+    first = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceController(
+        window=2, explore=0.0, skip_first=0))
+    model = _compiled(first)
+    start = _kernel_ps(model)
+    path = str(tmp_path / "ckpt-{epoch}")
+    xs, ys = x[:4 * N * B], y[:4 * N * B]
+    # Epoch k of the fit reads rounds 2k, 2k+1 (one dataset of 4 rounds, 2 epochs).
+    _fit_rounds(model, xs, ys, 4, epochs=2, steps_per_epoch=2 * N,
+                callbacks=[keras.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    (_, _, src, dst, _), = first.rebalancer.moves
+    moved = _kernel_ps(model)
+    assert moved != start, "the fit made no move: nothing to test"
+    # Stop further moves of the original strategy (the rest compares values).
+    first.set_rebalance(RebalanceController(window=1000))
+
+    # After the move -> a fresh model: placement restored, and one more round is exact.
+    second = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceController(window=1000))
+    fresh = _compiled(second)
+    assert _kernel_ps(fresh) == start
+    fresh.load_weights(path.format(epoch=2))
+    _fit_rounds(fresh, x[blocks[4]], y[blocks[4]], 1)
+    assert _kernel_ps(fresh) == moved  # the saved placement, not round-robin
+    # (the fresh model's layers have other names; the unit is the same kernel)
+    assert [(m[0], m[2], m[3]) for m in second.rebalancer.moves] == [("restore", src, dst)]
+    _fit_rounds(model, x[blocks[4]], y[blocks[4]], 1)  # the original's next round
+    _assert_same_state(fresh, model)
+    assert _kernel_ps(model) == moved
+
+    # Before the move -> the original model (moved): back to the old placement, and epoch 2
+    # again ends where it ended (the epoch-2 checkpoint, read into a third model).
+    saved = _compiled(tf_hetero.BSPStrategy(cluster.resolver))
+    saved.load_weights(path.format(epoch=2))
+    model.load_weights(path.format(epoch=1))
+    assert int(model.optimizer.iterations.numpy()) == 2
+    _fit_rounds(model, x[2 * N * B:4 * N * B], y[2 * N * B:4 * N * B], 2)
+    assert _kernel_ps(model) == start
+    assert int(model.optimizer.iterations.numpy()) == 4
+    for g, w in zip(model.get_weights(), saved.get_weights()):
+        np.testing.assert_allclose(g, w, atol=1e-5)

@@ -25,11 +25,23 @@ How a variable moves (evidence: docs/PSLD.md section 4):
   the copy reads the final value, no update is lost or doubled.
 
 The old inner variable stays on its PS (pooled): moving back (an undo) re-uses it.
+
+Checkpoints carry the placement (issue 14 item 6): the rebalancer tracks a small
+``PythonState`` under each optimizer it serves (checkpoint key ``tf_hetero_placement``: the PS
+of each of the optimizer's variables, in the optimizer's order, read when the checkpoint is
+written). ``ModelCheckpoint``/``BackupAndRestore``/``save_weights`` save the optimizer, so
+they save it; a restore (immediate, or deferred until the state is tracked at the next fit's
+first task, as TF restores lazily created slots) records the saved placement, and the next
+task, at a round boundary, moves every variable back where it was saved (``moves`` entries
+with decision ``"restore"``). Values need nothing: a restore assigns through the wrapper into
+whatever inner variable it holds.
 """
 
 from __future__ import annotations
 
+import functools
 import time
+import weakref
 
 from tf_hetero.telemetry import psload
 
@@ -37,6 +49,9 @@ from tf_hetero.telemetry import psload
 # tested, tests/test_rebalance.py) on the pure engine.
 
 __all__ = ["Rebalancer", "move_variable", "related_variables"]
+
+#: The checkpoint key of the placement, under each optimizer.
+CHECKPOINT_KEY = "tf_hetero_placement"
 
 #: Seconds a boundary waits for the rounds in flight before giving up with an error.
 BOUNDARY_TIMEOUT_S = 600.0
@@ -126,6 +141,36 @@ def move_variable(wrapper, dst: int, pool: dict) -> None:
     w._cache = None  # pylint: disable=protected-access
 
 
+@functools.lru_cache(maxsize=1)
+def _placement_state_class():
+    """The checkpointed placement of one optimizer's variables (a ``PythonState``); one class,
+    made once, so that a state already tracked can be recognized and re-bound."""
+    import json
+
+    import tensorflow as tf
+
+    class PlacementState(tf.train.experimental.PythonState):
+        """``{"num_ps": P, "ps": [PS of each variable, None if it cannot move]}``, read from
+        and written to ``rebalancer`` (re-bound when the strategy's rebalancer changes: TF
+        keeps restoring into the object first tracked under a name, even after an
+        ``overwrite``, docs/PSLD.md)."""
+
+        def __init__(self, rebalancer, optimizer):
+            self.rebalancer, self._optimizer = rebalancer, weakref.ref(optimizer)
+
+        def serialize(self):
+            return json.dumps({"num_ps": self.rebalancer.num_ps,
+                               "ps": [ps for _, ps in
+                                      self.rebalancer.placement_of(self._optimizer())]})
+
+        def deserialize(self, string_value):
+            optimizer = self._optimizer()
+            if optimizer is not None:
+                self.rebalancer.pending[id(optimizer)] = (optimizer, json.loads(string_value))
+
+    return PlacementState
+
+
 class Rebalancer:
     """Runs a :class:`RebalanceController` inside a coordinator: counts training tasks, finds
     round boundaries, feeds the controller and carries out its moves."""
@@ -146,6 +191,12 @@ class Rebalancer:
         self._keep: list = []  # functions traced before a move (kept alive)
         #: Every move made: ``(decision, unit, from PS, to PS, seconds the move took)``.
         self.moves: list[tuple] = []
+        #: When each move was made, on the engine's clock (rounds opened later ran on it).
+        self.move_times: list[float] = []
+        #: Placements read from a checkpoint, applied at the next task: id -> (optimizer,
+        #: saved record).
+        self.pending: dict = {}
+        self._tracked: dict = {}  # id(optimizer) -> (optimizer, its PlacementState)
         #: Seconds each boundary waited for the rounds in flight, and the moves' seconds.
         self.pauses: list[float] = []
 
@@ -155,6 +206,11 @@ class Rebalancer:
         entry to use (traced again after a move)."""
         submitted = self.tasks
         self.tasks += 1
+        self.track()  # may restore a placement read before the optimizer was tracked
+        if self.pending and self.at_boundary():
+            if self.restore():
+                self.invalidate()
+                entry = self.coordinator.tracer.entry(fn, args, kwargs)
         if submitted < self.next_at:
             return entry
         t0 = time.monotonic()
@@ -221,6 +277,7 @@ class Rebalancer:
             self.move(units[move.unit][2], move.dst)
             self.moves.append((self.controller.decisions, move.unit, move.src, move.dst,
                                time.monotonic() - t0))
+            self.move_times.append(self.engine.clock())
         return bool(moves)
 
     def move(self, variable, dst: int) -> None:
@@ -238,6 +295,57 @@ class Rebalancer:
             placement.move(variable.name, src, dst,
                            int(variable.shape.num_elements() * variable.dtype.size),
                            2 if variable.trainable else 1)
+
+    # ------------------------------------------------------------ checkpoints
+    def placement_of(self, optimizer) -> list:
+        """``(variable, PS or None)`` of every variable ``optimizer`` trains, in its order."""
+        from tf_hetero.emulation.ps import ps_index
+
+        return [(v, ps_index(v.device) if hasattr(v, "_v") else None)
+                for acc in self.coordinator.tracer.accumulators if acc.optimizer is optimizer
+                for v in acc.variables]
+
+    def track(self) -> None:
+        """Tracks the placement state under every optimizer trained so far (once each; a
+        state an earlier rebalancer tracked is re-bound to this one). TF restores a
+        placement a checkpoint holds for the optimizer right then (a deferred restore)."""
+        cls = _placement_state_class()
+        for acc in self.coordinator.tracer.accumulators:
+            optimizer = acc.optimizer
+            if id(optimizer) in self._tracked:
+                continue
+            state = optimizer._lookup_dependency(CHECKPOINT_KEY)  # pylint: disable=protected-access
+            if isinstance(state, cls):
+                state.rebalancer = self
+            else:
+                state = cls(self, optimizer)
+                optimizer._track_trackable(state, CHECKPOINT_KEY)  # pylint: disable=protected-access
+            self._tracked[id(optimizer)] = (optimizer, state)
+
+    def restore(self) -> bool:
+        """Moves every variable to the PS a restored checkpoint placed it on; returns whether
+        anything moved. A placement that does not fit this cluster or model is reported in
+        one line and left (the values were restored all the same)."""
+        pending, self.pending = list(self.pending.values()), {}
+        moved = False
+        for optimizer, saved in pending:
+            current = self.placement_of(optimizer)
+            ps = saved.get("ps", [])
+            if len(ps) != len(current) or any(p is not None and p >= self.num_ps for p in ps):
+                print(f"[tf-hetero] rebalancing: the checkpoint's placement ({len(ps)} "
+                      f"variables on {saved.get('num_ps')} PS) does not fit this model "
+                      f"({len(current)} variables) on {self.num_ps} PS; the current placement "
+                      "is kept.", flush=True)
+                continue
+            for (variable, now), want in zip(current, ps):
+                if want is None or now is None or now == want:
+                    continue
+                t0 = time.monotonic()
+                self.move(variable, want)
+                self.moves.append(("restore", variable.name, now, want, time.monotonic() - t0))
+                self.move_times.append(self.engine.clock())
+                moved = True
+        return moved
 
     def invalidate(self) -> None:
         """Drops the traced functions that captured the old placement (kept alive)."""

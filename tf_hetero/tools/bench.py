@@ -39,7 +39,11 @@ samples/s, with ``spread``; every run is in ``runs``):
 
 A row ``NAME@balanced`` (e.g. ``bsp@balanced``) builds strategy ``NAME`` with
 ``placement="balanced"``, its PS service rates taken from the profile
-(:mod:`tf_hetero.placement`); ``NAME`` alone keeps TensorFlow's round-robin placement.
+(:mod:`tf_hetero.placement`); ``NAME`` alone keeps TensorFlow's round-robin placement. A
+``+rebalance`` suffix (``bsp+rebalance``, ``bsp@balanced+rebalance``) turns on live
+rebalancing (:mod:`tf_hetero.policies.rebalance`, default controller); the row reports its
+moves (``rebalance_moves``: decision, variable, from PS, to PS, seconds) and the mean round
+time before the first and after the last kept move (``rebalance_round_ms``).
 
 Timings are measured, not asserted: compare rows of one run, as ratios.
 """
@@ -167,25 +171,48 @@ class _AccuracySampler:
         self._thread.join(timeout=30)
 
 
-def split_row(spec: str) -> tuple[str, str | None]:
-    """``"bsp@balanced"`` -> ``("bsp", "balanced")``; ``"bsp"`` -> ``("bsp", None)``.
+def split_row(spec: str) -> tuple[str, str | None, bool]:
+    """``NAME[@PLACEMENT][+rebalance]`` -> ``(NAME, PLACEMENT or None, rebalance)``.
 
-    >>> split_row("hps8@balanced"), split_row("pss")
-    (('hps8', 'balanced'), ('pss', None))
+    >>> split_row("hps8@balanced"), split_row("pss"), split_row("bsp+rebalance")
+    (('hps8', 'balanced', False), ('pss', None, False), ('bsp', None, True))
+    >>> split_row("bsp+fast")
+    Traceback (most recent call last):
+    ...
+    ValueError: bench row 'bsp+fast': suffix '+fast' is unknown. Fix: NAME+rebalance or NAME@balanced+rebalance.
     """
     from tf_hetero.placement import PLACEMENTS
 
-    base, sep, placement = spec.partition("@")
-    if not sep:
-        return spec, None
-    if placement not in PLACEMENTS:
+    head, plus, suffix = spec.partition("+")
+    if plus and suffix != "rebalance":
+        raise ValueError(f"bench row {spec!r}: suffix '+{suffix}' is unknown. Fix: "
+                         "NAME+rebalance or NAME@balanced+rebalance.")
+    base, sep, placement = head.partition("@")
+    if sep and placement not in PLACEMENTS:
         raise ValueError(f"bench row {spec!r}: placement {placement!r} is unknown. Fix: "
                          f"NAME@balanced or NAME@round_robin ({', '.join(PLACEMENTS)}).")
-    if base == "pss":
+    if base == "pss" and (sep or plus):
         raise ValueError(f"bench row {spec!r}: the stock ParameterServerStrategy places "
-                         "variables round-robin only. Fix: use a tf-hetero strategy, e.g. "
-                         "asp@balanced.")
-    return base, placement
+                         "variables round-robin only and never moves them. Fix: use a "
+                         "tf-hetero strategy, e.g. asp@balanced or bsp+rebalance.")
+    return base, (placement if sep else None), bool(plus)
+
+
+def rebalance_figures(rebalancer, rounds) -> dict:
+    """The moves a row's rebalancer made and the mean training round time (ms) before its
+    first move and after its last one, leaving out the first round after each move, which
+    also traces the step again (``None`` where there is no such round)."""
+    moves = [list(m) for m in rebalancer.moves]
+    times = [(r.t_open, (r.t_applied - r.t_open) * 1e3) for r in rounds if r.training]
+    marks = rebalancer.move_times
+
+    def mean(xs):
+        return statistics.fmean(xs) if xs else None
+
+    before = mean([ms for t, ms in times if not marks or t < marks[0]])
+    after = mean([ms for t, ms in times if marks and t > marks[-1]][1:])
+    return {"rebalance_moves": moves, "rebalance_round_ms": [before, after],
+            **rebalancer.controller.summary()}
 
 
 def _task_records(strategy, task_log):
@@ -257,12 +284,14 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     from tf_hetero.telemetry import psload
 
     train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
-    base, placement = split_row(spec)
+    base, placement, rebalance = split_row(spec)
     strategy = registry.make(base, cluster.resolver)
     if placement is not None:  # before any variable exists; rates from the row's profile
         strategy.extended.set_placement(
             Balanced(profile=profile) if placement == "balanced" else placement,
             strategy.monitor)
+    if rebalance:
+        strategy.set_rebalance(True)  # refuses a strategy without rounds, with the fix
     k = cfg.steps_per_execution
     per_update = registry.updates_per_round(base, cfg.workers) * k
     # The same sample budget for every row: a Keras step is a closure, which reads one
@@ -370,6 +399,9 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
             # Where a round's time goes (dispatch, task, barrier, apply, gap; mean ms).
             "round_breakdown_ms": (metrics.round_breakdown(engine.rounds)
                                    if engine and engine.rounds_mode else None)}
+        if rebalance:
+            engine_figures.update(rebalance_figures(strategy.rebalancer,
+                                                    strategy.monitor.rounds))
     result = {
         "strategy": spec,
         "samples_per_sec": sps,
