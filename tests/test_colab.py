@@ -12,7 +12,8 @@ import pytest
 
 from conftest import REPO
 
-NOTEBOOKS = ("quickstart.ipynb", "epsp.ipynb", "hps.ipynb", "grouped.ipynb", "casp.ipynb")
+NOTEBOOKS = ("quickstart.ipynb", "epsp.ipynb", "hps.ipynb", "grouped.ipynb", "casp.ipynb",
+             "psld.ipynb")
 
 #: Runs a cell's code in IPython, as a notebook would, with ``google.colab`` importable.
 RUN_CELL = """

@@ -31,6 +31,11 @@ SMALL = {
     "casp.ipynb": 'WORKERS = 3\nPROFILE = "slow=2:8;base_ms=30"\nDECIDE_EVERY = 5\n'
                   'STRATEGIES = ["pss", "bsp", "casp"]\nTARGET = 0.8\nEVAL_EVERY_S = 0.5\n'
                   "EPOCHS = 2\nSTEPS_PER_EPOCH = 36\nBATCH_SIZE = 16\n",
+    # 15 rounds of 3 workers, a decision every 3: the two 32 KB kernels move off the slow
+    # PS (together once its service rate is measured), later decisions try biases.
+    "psld.ipynb": 'WORKERS = 3\nPROFILE = "base_ms=30;ps_mbps=4;ps_slow=1:3"\nWINDOW = 3\n'
+                  'STRATEGIES = ["round_robin", "rebalance", "balanced"]\nEPOCHS = 1\n'
+                  "STEPS_PER_EPOCH = 45\nBATCH_SIZE = 32\n",
 }
 #: What each notebook must show besides a plot (text in its outputs).
 EXPECT = {"quickstart.ipynb": ["| worker |", "efficiency", "epoch 1/1 done"],
@@ -42,7 +47,10 @@ EXPECT = {"quickstart.ipynb": ["| worker |", "efficiency", "epoch 1/1 done"],
                             "| grouped |"],
           "casp.ipynb": ["measured task time per worker", "| stretch | communities |",
                          "decisions:", "casp_mean_k", "| strategy | time to 0.8 s |",
-                         "| casp |"]}
+                         "| casp |"],
+          "psld.ipynb": ["| run | rounds | bytes per step", "| rebalance, after the last move |",
+                         "moves:", "mean round ms before the first move",
+                         "placement at the end:", "epoch 1/1 done"]}
 
 
 def run_notebook(name: str, parameters: str, cwd: str):
@@ -80,6 +88,9 @@ def test_notebook_runs_and_shows_plot(name, tmp_path, monkeypatch):
         assert "groups at the end: [[0], [1, 2]]" in text, text
     if name == "casp.ipynb":  # the agent split the straggler off; the others stay together
         assert "communities at the end: [[0, 1], [2]]" in text, text
+    if name == "psld.ipynb":  # rebalancing moved both 32 KB kernels off the slow PS
+        assert ("variables over 10 KB on the slow PS 1: 2 of 2 at the start, 0 of 2 at the "
+                "end") in text, text
     if name == "hps.ipynb":  # the slowed worker's batch must shrink, not just be printed
         m = re.search(r"batch (\d+) samples before the slowdown, settles at (\d+)", text)
         assert m and int(m.group(2)) < int(m.group(1)), m and m.group(0)

@@ -6,6 +6,8 @@ import doctest
 import subprocess
 import sys
 
+import pytest
+
 from tf_hetero.policies import rebalance
 from tf_hetero.policies.rebalance import Move, RebalanceController
 
@@ -156,3 +158,46 @@ def test_a_boundary_waits_for_the_rounds_in_flight_and_never_forces_a_partial_ro
     # The functions traced before the move are dropped (and kept alive).
     coordinator = rebalancer.coordinator
     assert coordinator.tracer.entries == {} and rebalancer._keep  # pylint: disable=protected-access
+
+
+def test_greedy_moves_go_together_and_are_undone_together():
+    """Two heavy units on a 3x slower PS move in one decision (max_moves 4); one move per
+    decision with max_moves=1. A slower window undoes the whole batch, last move first, and
+    makes every one of its moves tabu."""
+    units = {"k0": (1, 64000), "k1": (1, 64000), "b": (0, 800)}
+    one = RebalanceController(window=2, explore=0.0, rates=(1.0, 1 / 3), max_moves=1)
+    one.bind(2)
+    assert one.decide(units, [0.5, 0.5]) == [Move("k0", 1, 0)]
+    c = RebalanceController(window=2, explore=0.0, rates=(1.0, 1 / 3), retry_after=5)
+    c.bind(2)
+    batch = c.decide(units, [0.5, 0.5])
+    assert [m.unit for m in batch[:2]] == ["k0", "k1"] and all(m.dst == 0 for m in batch[:2])
+    moved = dict(units, **{m.unit: (m.dst, units[m.unit][1]) for m in batch})
+    undo = c.decide(moved, [0.6, 0.6])
+    assert undo[:len(batch)] == [m.reverse() for m in reversed(batch)]
+    assert c.undone == 1 and c.kept == 0
+    # What it proposes next, in the same decision, avoids the undone (tabu) moves.
+    assert all((m.unit, m.dst) not in {(b.unit, b.dst) for b in batch}
+               for m in undo[len(batch):])
+    with pytest.raises(ValueError, match="max_moves=0"):
+        RebalanceController(max_moves=0)
+
+
+def test_scaling_moves_everything_off_leaving_ps_and_proposes_only_active_ones():
+    """scale(): units on a PS leaving the set go (largest first, to the least loaded active
+    PS); while a PS stands by nothing is proposed onto it; scaling out moves load onto the
+    new PS at once; a trial in progress is dropped and the next window measures afresh."""
+    c = RebalanceController(window=2, explore=1.0, rates=(1.0, 1.0, 1.0))  # always explore
+    c.bind(3)
+    units = {"k0": (0, 6000), "k1": (1, 6000), "k2": (2, 3000), "b": (1, 100)}
+    moves = c.scale(units, [0])
+    assert [m.unit for m in moves[:3]] == ["k1", "k2", "b"] and all(m.dst == 0 for m in moves)
+    assert c.active == (0,) and c.scalings[-1]["active"] == [0]
+    packed = {name: (0, load) for name, (_, load) in units.items()}
+    for _ in range(20):  # exploration included: nothing ever goes to a standby PS
+        assert c.decide(packed, [0.5, 0.5]) == [] and c.trial == []
+    out = c.scale(packed, [0, 2])
+    assert out and all(m.src == 0 and m.dst == 2 for m in out)
+    assert c.baseline is None and c.trial == []
+    with pytest.raises(ValueError, match=r"scale_ps\(\[\]\).*Fix"):
+        c.scale(packed, [])

@@ -83,6 +83,20 @@ class Placement:
         self.num_ps = num_ps
         self.loads = [0] * num_ps
         self.bytes = [0] * num_ps
+        self.active = tuple(range(num_ps))
+
+    def set_active(self, active: Sequence[int]) -> None:
+        """Only the PS tasks in ``active`` take new variables (elastic scaling: the others
+        stand by). With all of them, TensorFlow's round-robin is left alone.
+
+        >>> r = RoundRobin(); r.bind(2); r.set_active([0])
+        >>> [r.place(n) for n in (8, 4, 2)], r.bytes
+        ([0, 0, 0], [14, 0])
+        >>> b = Balanced(); b.bind(3); b.set_active([1, 2])
+        >>> [b.place(n) for n in (8, 4, 2)]
+        [1, 2, 2]
+        """
+        self.active = tuple(sorted(set(int(p) for p in active)))
 
     def choose(self, nbytes: int, accesses: int = 2) -> int | None:
         """The PS for a new variable of ``nbytes`` (``None``: TensorFlow's round-robin)."""
@@ -132,8 +146,10 @@ class RoundRobin(Placement):
 
     name = "round_robin"
 
-    def choose(self, nbytes: int, accesses: int = 2) -> None:
-        return None
+    def choose(self, nbytes: int, accesses: int = 2) -> int | None:
+        if len(self.active) == self.num_ps:
+            return None  # TensorFlow's own rule
+        return self.active[len(self.placed) % len(self.active)]
 
 
 class Balanced(Placement):
@@ -202,12 +218,13 @@ class Balanced(Placement):
     def choose(self, nbytes: int, accesses: int = 2) -> int:
         if self._next < len(self._plan):
             n, a, p = self._plan[self._next]
-            if (n, a) == (nbytes, accesses):  # the planned variable, in its planned order
+            # The planned variable, in its planned order, on a PS still in use.
+            if (n, a) == (nbytes, accesses) and p in self.active:
                 self._next += 1
                 return p
         w = nbytes * accesses
         # Ties go to the lowest index, so a placement is reproducible run to run.
-        return min(range(self.num_ps), key=lambda p: ((self.loads[p] + w) / self.rates[p], p))
+        return min(self.active, key=lambda p: ((self.loads[p] + w) / self.rates[p], p))
 
     def __repr__(self):
         return f"Balanced(rates={self._rates!r})"

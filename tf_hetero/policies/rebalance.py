@@ -10,17 +10,19 @@ moves the variable, its optimizer slots and its accumulators, and training conti
 The loop (after PSLD, Chen et al., SoCC 2020):
 
 1. **measure**: the first window's mean round time is the *baseline*.
-2. **explore / exploit**: propose one move. Exploit (default): from the PS with the highest
-   load per service rate to the one with the lowest, the unit whose move minimizes the
-   largest estimated load per rate afterwards (and only if that estimate improves).
-   Explore (probability ``explore``, seeded): a random unit to a random other PS.
+2. **explore / exploit**: propose moves. Exploit (default): from the PS with the highest
+   load per service rate, the unit whose move minimizes the largest estimated load per rate
+   afterwards (and only if that estimate improves), repeated on the updated estimate while
+   it improves, up to ``max_moves`` moves judged together (two heavy kernels on a slow PS
+   move in one decision, not in two windows). Explore (probability ``explore``, seeded):
+   one random unit to a random other PS, judged alone.
    Service rates are measured (bytes served / busy seconds per PS) when busy times are
    given, else ``rates`` (equal by default).
-3. **trial**: the next window runs with the move. Its mean round time ``t`` is compared with
-   the baseline: ``t <= baseline x (1 - min_gain)`` keeps the move (``t`` is the new
-   baseline); otherwise the move is undone (moved back at once) and the ``(unit, to PS)``
-   pair is not proposed again for ``retry_after`` decisions. A next move may be proposed in
-   the same decision.
+3. **trial**: the next window runs with the moves. Its mean round time ``t`` is compared
+   with the baseline: ``t <= baseline x (1 - min_gain)`` keeps them (``t`` is the new
+   baseline); otherwise they are undone (moved back at once, last first) and each
+   ``(unit, to PS)`` pair is not proposed again for ``retry_after`` decisions. Next moves
+   may be proposed in the same decision.
 
 Nothing here times anything: the decisions below run on synthetic round times.
 
@@ -46,6 +48,13 @@ A move that makes rounds slower is undone:
 [Move(unit='b', src=1, dst=0)]
 >>> c.kept, c.undone, c.history[-1]["decision"]
 (0, 1, 'undo')
+
+Two kernels on a PS 3x slower than the other move in one decision (and the small bias
+makes room for them on the fast PS):
+
+>>> c = RebalanceController(window=2, explore=0.0, rates=(1.0, 1 / 3)); c.bind(2)
+>>> c.decide({"k0": (1, 64000), "k1": (1, 64000), "b": (0, 800)}, [0.5, 0.5])
+[Move(unit='k0', src=1, dst=0), Move(unit='k1', src=1, dst=0), Move(unit='b', src=0, dst=1)]
 """
 
 from __future__ import annotations
@@ -78,6 +87,7 @@ class RebalanceController:
       explore: probability of a random move instead of the greedy one.
       rates: relative PS service rates used when no busy times are measured (default equal).
       retry_after: decisions before an undone ``(unit, to PS)`` may be proposed again.
+      max_moves: most greedy moves proposed (and judged) together in one decision.
       skip_first: rounds at the start of each window left out of its mean (the first round
         after a move also runs the newly traced functions on the workers once).
       seed: of the exploration draws (reproducible).
@@ -85,7 +95,9 @@ class RebalanceController:
 
     def __init__(self, window: int = 8, min_gain: float = 0.05, explore: float = 0.1,
                  rates: Sequence[float] | None = None, retry_after: int = 10,
-                 skip_first: int = 1, seed: int = 0):
+                 skip_first: int = 1, seed: int = 0, max_moves: int = 4):
+        if max_moves < 1:
+            raise ValueError(f"RebalanceController(max_moves={max_moves}): need >= 1.")
         if window < 1 or not 0 <= skip_first < window:
             raise ValueError(f"RebalanceController(window={window}, skip_first={skip_first}): "
                              "need window >= 1 and 0 <= skip_first < window.")
@@ -93,23 +105,29 @@ class RebalanceController:
             raise ValueError(f"RebalanceController(explore={explore}, min_gain={min_gain}): "
                              "need 0 <= explore <= 1 and 0 <= min_gain < 1.")
         self.window, self.min_gain, self.explore = window, min_gain, explore
-        self.retry_after, self.skip_first = retry_after, skip_first
+        self.retry_after, self.skip_first, self.max_moves = retry_after, skip_first, max_moves
         self._rates = tuple(rates) if rates is not None else None
         self._rng = random.Random(seed)
         self.num_ps = 0
+        #: The PS tasks variables may be on (elastic scaling: the others stand by).
+        self.active: tuple[int, ...] = ()
         self.rates: tuple[float, ...] = ()
         self.baseline: float | None = None
-        self.trial: Move | None = None  # the move being measured
+        self.trial: list[Move] = []  # the moves being measured
         self._tabu: dict[tuple[str, int], int] = {}  # (unit, dst) -> decision it expires
         self.decisions = 0
         self.kept = 0
         self.undone = 0
         #: One dict per decision: window mean, baseline, decision, moves (a log for people).
         self.history: list[dict] = []
+        self._explored = False  # the last proposal was an exploration
+        #: One dict per :meth:`scale`: the decisions made before it, the active PS, moves.
+        self.scalings: list[dict] = []
 
     def bind(self, num_ps: int) -> None:
         """Called once the cluster is known."""
         self.num_ps = num_ps
+        self.active = tuple(range(num_ps))
         rates = self._rates or (1.0,) * num_ps
         if len(rates) != num_ps or any(not r > 0 for r in rates):
             raise ValueError(f"RebalanceController(rates={rates!r}): need {num_ps} rates > 0.")
@@ -144,7 +162,8 @@ class RebalanceController:
             entry["decision"] = "no rounds"
             self.history.append(entry)
             return moves
-        if self.trial is not None:
+        units = dict(units)
+        if self.trial:
             if self.baseline is not None and t <= self.baseline * (1 - self.min_gain):
                 entry["decision"] = "keep"
                 self.kept += 1
@@ -152,19 +171,23 @@ class RebalanceController:
             else:
                 entry["decision"] = "undo"
                 self.undone += 1
-                moves.append(self.trial.reverse())
-                self._tabu[(self.trial.unit, self.trial.dst)] = self.decisions + self.retry_after
-                units = dict(units)
-                ps, load = units[self.trial.unit]
-                units[self.trial.unit] = (self.trial.src, load)
-            self.trial = None
+                for move in reversed(self.trial):
+                    moves.append(move.reverse())
+                    self._tabu[(move.unit, move.dst)] = self.decisions + self.retry_after
+                    units[move.unit] = (move.src, units[move.unit][1])
+            self.trial = []
         else:
             self.baseline = t  # the current placement, as measured now
         rates = self._measured_rates(busy_s, served_bytes) or self.rates
-        proposal = self.propose(units, rates)
-        if proposal is not None:
+        for _ in range(self.max_moves):
+            proposal = self.propose(units, rates)
+            if proposal is None:
+                break
             moves.append(proposal)
-            self.trial = proposal
+            self.trial.append(proposal)
+            units[proposal.unit] = (proposal.dst, units[proposal.unit][1])
+            if self._explored:
+                break  # an exploration is one random move, judged alone
         entry["moves"] = [dataclasses.astuple(m) for m in moves]
         self.history.append(entry)
         return moves
@@ -197,11 +220,13 @@ class RebalanceController:
         for ps, load in units.values():
             loads[ps] += load
         candidates = [(name, ps, load, dst) for name, (ps, load) in sorted(units.items())
-                      for dst in range(self.num_ps)
+                      for dst in self.active
                       if dst != ps and load > 0 and (name, dst) not in tabu]
         if not candidates:
             return None
-        if self.explore and self._rng.random() < self.explore:
+        self._explored = False
+        if self.explore and not self.trial and self._rng.random() < self.explore:
+            self._explored = True
             name, ps, _, dst = self._rng.choice(candidates)
             return Move(name, ps, dst)
 
@@ -217,6 +242,60 @@ class RebalanceController:
         if worst_after(best) >= now * (1 - 1e-9):
             return None
         return Move(best[0], best[1], best[3])
+
+    def scale(self, units: Mapping[str, tuple[int, float]], active: Sequence[int],
+              busy_s: Sequence[float] | None = None,
+              served_bytes: Sequence[float] | None = None) -> list[Move]:
+        """Elastic PS scaling: from now on only the PS tasks in ``active`` hold variables.
+        Returns the moves that get there (made at once, not judged): every unit on a PS
+        leaving the set goes, largest first, to the active PS with the least load per rate
+        after taking it; then greedy moves while the estimate improves. Any trial in progress
+        is dropped and the next window measures a new baseline.
+
+        >>> c = RebalanceController(explore=0.0); c.bind(2); _ = c.scale({}, [0])
+        >>> units = {"k0": (0, 6000), "k1": (0, 6000), "b": (0, 100)}
+        >>> c.scale(units, [0, 1])                      # scale out: PS 1 takes half
+        [Move(unit='k0', src=0, dst=1)]
+        >>> c.scale({"k0": (1, 6000), "k1": (0, 6000), "b": (0, 100)}, [0])   # drain PS 1
+        [Move(unit='k0', src=1, dst=0)]
+        >>> c.scale(units, [2])
+        Traceback (most recent call last):
+        ...
+        ValueError: scale_ps([2]): PS tasks are numbered 0..1 here. Fix: name active PS tasks among them (or give a count, 1..2).
+        """
+        active = tuple(sorted(set(int(p) for p in active)))
+        if not active or any(not 0 <= p < self.num_ps for p in active):
+            raise ValueError(f"scale_ps({list(active)}): PS tasks are numbered "
+                             f"0..{self.num_ps - 1} here. Fix: name active PS tasks among "
+                             f"them (or give a count, 1..{self.num_ps}).")
+        rates = self._measured_rates(busy_s, served_bytes) or self.rates
+        self.active, self.trial, self.baseline = active, [], None
+        units = dict(units)
+        loads = [0.0] * self.num_ps
+        for ps, load in units.values():
+            loads[ps] += load
+        moves = []
+        leaving = [(name, ps, load) for name, (ps, load) in units.items() if ps not in active]
+        for name, ps, load in sorted(leaving, key=lambda u: (-u[2], u[0])):
+            dst = min(active, key=lambda p: ((loads[p] + load) / rates[p], p))
+            loads[ps] -= load
+            loads[dst] += load
+            units[name] = (dst, load)
+            moves.append(Move(name, ps, dst))
+        explore, self.explore = self.explore, 0.0  # scaling moves are greedy, never random
+        try:
+            for _ in range(len(units)):
+                proposal = self.propose(units, rates)
+                if proposal is None:
+                    break
+                moves.append(proposal)
+                units[proposal.unit] = (proposal.dst, units[proposal.unit][1])
+        finally:
+            self.explore = explore
+        # Kept apart from ``history`` (one entry per decision: decision k is history[k-1]).
+        self.scalings.append({"after_decision": self.decisions, "active": list(active),
+                              "moves": [dataclasses.astuple(m) for m in moves]})
+        return moves
 
     def summary(self) -> dict:
         """Figures for logs: decisions, moves kept and undone, the current baseline."""
