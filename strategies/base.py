@@ -136,6 +136,40 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
             self.monitor.add_summary(lambda rounds, num_workers: (
                 self.rebalancer.controller.summary() if self.rebalancer is not None else {}))
 
+    def scale_ps(self, active) -> None:
+        """Elastic PS scaling: only the PS tasks in ``active`` hold variables from now on.
+
+        ``active`` is a count ``n`` (PS tasks 0..n-1) or a list of PS task indices. Before
+        the model is built it only chooses where variables are created. During ``fit`` (e.g.
+        from a callback) or between fits, the next task waits for a round boundary and moves
+        every variable off a PS leaving the set, with its slots and accumulators, and load
+        onto a PS joining it; no update is lost or doubled. It needs live rebalancing
+        (``rebalance=``) once variables exist. TensorFlow cannot add a task to a running
+        cluster: list every PS task you may scale to in TF_CONFIG and keep the extra ones
+        standing by (docs/PSLD.md section 5)::
+
+            strategy = tf_hetero.BSPStrategy(resolver, rebalance=True)   # 2 PS in TF_CONFIG
+            strategy.scale_ps(1)            # PS 1 stands by: every variable on PS 0
+            ...                             # model built, fit running
+            strategy.scale_ps(2)            # at the next round boundary, PS 1 takes load
+        """
+        from tf_hetero.placement import parse_active
+
+        who = f"{type(self).__name__}.scale_ps"
+        placement = self._extended.placement  # pylint: disable=protected-access
+        active = parse_active(active, placement.num_ps, who)
+        rebalancer = self.rebalancer
+        if rebalancer is None and placement.placed:
+            raise ValueError(
+                f"{who}({list(active)}): {len(placement.placed)} variables already exist and "
+                "moving them between PS tasks needs live rebalancing. Fix: create the "
+                "strategy with rebalance=True (or call set_rebalance(True)) before "
+                "scale_ps, or call scale_ps before building the model.")
+        placement.set_active(active)  # variables created from now on
+        if rebalancer is not None:
+            rebalancer.controller.active = active
+            rebalancer.scale_to = active  # existing variables: at the next round boundary
+
     @property
     def rebalancer(self):
         """The live rebalancer (its ``controller``, ``moves``, ``pauses``), or ``None``."""

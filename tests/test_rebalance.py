@@ -201,3 +201,30 @@ def test_scaling_moves_everything_off_leaving_ps_and_proposes_only_active_ones()
     assert c.baseline is None and c.trial == []
     with pytest.raises(ValueError, match=r"scale_ps\(\[\]\).*Fix"):
         c.scale(packed, [])
+
+
+def test_rates_fitted_with_a_per_request_cost_send_the_second_kernel_off_the_slow_ps():
+    """Measured on the emulated PS tasks: ~9 ms per request beside the bytes' time. With
+    request counts the controller fits that cost and sees PS 1 as 3x slower after two
+    windows, so the second heavy kernel leaves it; from bytes / busy alone PS 1 looks only
+    ~2x slower and the small output kernel is moved instead."""
+    def window(b0, b1):  # 64 requests per PS; PS 0 at 0.25 us per byte, PS 1 at 0.75
+        return {"requests": [64, 64], "served_bytes": [b0, b1],
+                "busy_s": [64 * 0.009 + b0 * 0.25e-6, 64 * 0.009 + b1 * 0.75e-6]}
+
+    def second_decision(with_requests):
+        c = RebalanceController(window=2, explore=0.0)
+        c.bind(2)
+        units = {"k0": (1, 64000), "k1": (1, 64000), "out": (1, 10000), "b": (0, 800)}
+        w1, w2 = window(50_000, 4_300_000), window(2_150_000, 2_200_000)
+        if not with_requests:  # (bytes / busy of the first window would even refuse k0)
+            w1 = {}
+            del w2["requests"]
+        first = c.decide(units, [0.5, 0.5], **w1)
+        assert [m.unit for m in first] == ["k0"]  # rates not known yet: equal
+        units["k0"] = (0, 64000)
+        return [m.unit for m in c.decide(units, [0.4, 0.4], **w2)]
+
+    assert "k1" in second_decision(with_requests=True)
+    assert "k1" not in second_decision(with_requests=False)
+    assert rebalance.fit_rates([], 2) is None

@@ -227,3 +227,67 @@ def test_checkpoints_keep_the_placement_and_restore_across_a_move(cluster, tmp_p
     assert int(model.optimizer.iterations.numpy()) == 4
     for g, w in zip(model.get_weights(), saved.get_weights()):
         np.testing.assert_allclose(g, w, atol=1e-5)
+
+
+def test_scale_out_and_in_during_fit_moves_load_and_loses_nothing(cluster):
+    """Item 5 of issue 14 (standby PS pool). ``scale_ps(1)`` before the model puts every
+    variable on PS 0; after epoch 1 a callback scales out to 2 PS (the next round boundary
+    moves load onto PS 1), after epoch 2 in to PS 1 alone (PS 0 drained: weights, slots,
+    accumulators, their bookkeeping and the optimizer's step counter). The 3-epoch fit
+    equals large-batch SGD to 1e-5 (weights, momentum, iterations); with scale_ps off the
+    PS assertions fail."""
+    import tf_keras as keras
+
+    import tf_hetero
+    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.rebalance import RebalanceController
+
+    strategy = tf_hetero.BSPStrategy(cluster.resolver,
+                                     rebalance=RebalanceController(window=1000))
+    strategy.scale_ps(1)
+    model = _compiled(strategy)
+    seen = []
+
+    def ps_of_all():  # every PS variable: weights, slots, accumulators and bookkeeping
+        accs = [v for a in strategy.coordinator.tracer.accumulators
+                for v in [*a.acc, a.tags, a.counts, a.gens, a.received]]
+        optimizer = _optimizer_variables(model.optimizer)
+        return {ps_index(v.device) for v in [*model.variables, *optimizer, *accs]} - {None}
+
+    class Scale(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append(ps_of_all())
+            if epoch < 2:
+                strategy.scale_ps([2, [1]][epoch])
+
+    rounds = 6
+    x, y = _data(rounds)
+    _fit_rounds(model, x, y, rounds, epochs=3, steps_per_epoch=2 * N, callbacks=[Scale()])
+    assert seen[0] == {0}  # standby PS 1 held nothing
+    assert seen[1] == {0, 1}  # scaled out: load moved onto PS 1 (slots, accumulators too)
+    assert ps_of_all() == {1}  # scaled in to PS 1: PS 0 drained
+    kinds = [m[0] for m in strategy.rebalancer.moves]
+    assert kinds and set(kinds) == {"scale"}
+    assert [s["active"] for s in strategy.rebalancer.scalings] == [[0], [0, 1], [1]]
+    reference = _small_model()
+    reference.compile(_optimizers()["sgd_momentum"](), _loss())
+    xs, ys = x.reshape(rounds, N, B, 5), y.reshape(rounds, N, B)
+    for k in range(rounds):
+        reference.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
+    _assert_same_state(model, reference)
+
+
+def test_scale_ps_errors_name_the_value_and_the_fix(cluster):
+    import tf_hetero
+
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with pytest.raises(ValueError, match=r"scale_ps\(3\): this cluster lists 2 PS tasks.*Fix"):
+        strategy.scale_ps(3)
+    with pytest.raises(TypeError, match=r"scale_ps\('two'\)"):
+        strategy.scale_ps("two")
+    strategy.scale_ps(1)  # before the model: placement only
+    model = _compiled(strategy)
+    assert {p for p in _kernel_ps(model)} == {0}
+    with pytest.raises(ValueError, match=r"needs live rebalancing. Fix: create the strategy "
+                                         r"with rebalance=True"):
+        strategy.scale_ps(2)

@@ -43,7 +43,8 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-__all__ = ["Placement", "RoundRobin", "Balanced", "make", "pack", "max_over_mean", "PLACEMENTS"]
+__all__ = ["Placement", "RoundRobin", "Balanced", "make", "pack", "max_over_mean", "PLACEMENTS",
+           "parse_active"]
 
 #: The names ``placement=`` accepts.
 PLACEMENTS = ("round_robin", "balanced")
@@ -58,6 +59,40 @@ def max_over_mean(loads: Sequence[float]) -> float | None:
     loads = list(loads)
     mean = sum(loads) / len(loads) if loads else 0.0
     return max(loads) / mean if mean > 0 else None
+
+
+def parse_active(active, num_ps: int, who: str = "scale_ps") -> tuple[int, ...]:
+    """The PS tasks ``active`` names: a count ``n`` (tasks 0..n-1) or a list of indices.
+
+    >>> parse_active(2, 3), parse_active([2, 0], 3)
+    ((0, 1), (0, 2))
+    >>> parse_active(3, 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: scale_ps(3): this cluster lists 2 PS tasks (TF_CONFIG "ps"), and TensorFlow cannot add a task to a running cluster. Fix: list every PS task you may scale to in TF_CONFIG, start with scale_ps(k) for k of them and scale up to 2 (docs/PSLD.md section 5).
+    """
+    wrong = TypeError(f"{who}({active!r}): give a number of PS tasks or a list of PS task "
+                      "indices.")
+    if isinstance(active, bool):
+        raise wrong
+    if hasattr(active, "__index__"):  # int, numpy integer
+        shown = int(active)
+        chosen = tuple(range(shown)) if 1 <= shown <= num_ps else None
+    else:
+        try:
+            shown = [int(p) for p in active]
+        except (TypeError, ValueError):
+            raise wrong from None
+        chosen = tuple(sorted(set(shown)))
+        if not chosen or any(not 0 <= p < num_ps for p in chosen):
+            chosen = None
+    if chosen is None:
+        raise ValueError(
+            f"{who}({shown}): this cluster lists {num_ps} PS tasks (TF_CONFIG \"ps\"), and "
+            "TensorFlow cannot add a task to a running cluster. Fix: list every PS task you "
+            "may scale to in TF_CONFIG, start with scale_ps(k) for k of them and scale up to "
+            f"{num_ps} (docs/PSLD.md section 5).")
+    return chosen
 
 
 class Placement:

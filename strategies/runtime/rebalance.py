@@ -35,6 +35,12 @@ first task, as TF restores lazily created slots) records the saved placement, an
 task, at a round boundary, moves every variable back where it was saved (``moves`` entries
 with decision ``"restore"``). Values need nothing: a restore assigns through the wrapper into
 whatever inner variable it holds.
+
+Elastic PS scaling (issue 14 item 5, docs/PSLD.md section 5): TensorFlow cannot add a PS
+task to a running cluster, so the PS tasks a fit may use are listed in TF_CONFIG and some
+stand by. ``HeteroStrategy.scale_ps`` names the active set; the next task, at a round
+boundary, moves every variable off a PS leaving the set and load onto a PS joining it
+(``moves`` entries with decision ``"scale"``), the same way as a rebalancing move.
 """
 
 from __future__ import annotations
@@ -183,6 +189,9 @@ class Rebalancer:
         self.monitor = coordinator.monitor
         self.num_ps = int(self.strategy.extended._num_ps)  # pylint: disable=protected-access
         controller.bind(self.num_ps)
+        placement = getattr(self.strategy.extended, "placement", None)
+        if placement is not None:  # a scale_ps before this rebalancer: keep its PS set
+            controller.active = tuple(placement.active)
         self.tasks = 0  # training tasks scheduled so far
         self.next_at = controller.window * self.engine.num_workers
         self._round_index = 0  # monitor.rounds consumed by the last decision
@@ -199,6 +208,11 @@ class Rebalancer:
         self._tracked: dict = {}  # id(optimizer) -> (optimizer, its PlacementState)
         #: Seconds each boundary waited for the rounds in flight, and the moves' seconds.
         self.pauses: list[float] = []
+        #: The PS tasks to use from the next round boundary on (``HeteroStrategy.scale_ps``).
+        self.scale_to: tuple[int, ...] | None = None
+        #: One dict per scaling carried out: active PS, moves, boundary wait and move
+        #: seconds, and when (engine clock) the new placement took over.
+        self.scalings: list[dict] = []
 
     # -------------------------------------------------------------- schedule
     def before_task(self, fn, args, kwargs, entry):
@@ -206,11 +220,20 @@ class Rebalancer:
         entry to use (traced again after a move)."""
         submitted = self.tasks
         self.tasks += 1
+        if submitted == 0:
+            # PS counters from the first task: the first window is measured too (with the
+            # second, the controller can separate per-request cost from per-byte rates).
+            self._load_since()
         self.track()  # may restore a placement read before the optimizer was tracked
-        if self.pending and self.at_boundary():
-            if self.restore():
-                self.invalidate()
-                entry = self.coordinator.tracer.entry(fn, args, kwargs)
+        if self.pending or self.scale_to is not None:
+            t0 = time.monotonic()
+            if self.at_boundary():
+                moved = self.restore()
+                if self.scale_to is not None:
+                    moved = self.scale(submitted, time.monotonic() - t0) or moved
+                if moved:
+                    self.invalidate()
+                    entry = self.coordinator.tracer.entry(fn, args, kwargs)
         if submitted < self.next_at:
             return entry
         t0 = time.monotonic()
@@ -262,23 +285,94 @@ class Rebalancer:
         rounds = self.monitor.rounds[self._round_index:]
         self._round_index = len(self.monitor.rounds)
         times = [r.t_applied - r.t_open for r in rounds if r.training]
-        busy = served = None
-        totals = self.monitor.ps_totals()
-        if totals is not None:
-            if self._totals is not None:
-                d = psload.delta(self._totals, totals)
-                busy, served = d["busy_s"], d["bytes"]
-            self._totals = totals
+        measured = self._load_since()
         units = self.units()
         moves = self.controller.decide({k: (ps, load) for k, (ps, load, _) in units.items()},
-                                       times, busy_s=busy, served_bytes=served)
+                                       times, **measured)
+        self._make(moves, units, self.controller.decisions)
+        return bool(moves)
+
+    def scale(self, submitted: int, waited_s: float) -> bool:
+        """Carries out the pending :meth:`HeteroStrategy.scale_ps` at a boundary: every
+        variable on a PS leaving the set moves to one that stays, load moves onto a PS that
+        joins (``RebalanceController.scale``); the next decision measures a fresh window.
+        Returns whether anything moved."""
+        active, self.scale_to = self.scale_to, None
+        measured = self._load_since()
+        units = self.units()
+        moves = self.controller.scale({k: (ps, load) for k, (ps, load, _) in units.items()},
+                                      active, **measured)
+        t0 = time.monotonic()
+        self._make(moves, units, "scale")
+        self._move_untrained(active)
+        placement = getattr(self.strategy.extended, "placement", None)
+        if placement is not None:
+            placement.set_active(active)
+            left = sorted({name for name, ps, _ in placement.placed
+                           if ps is not None and ps not in active})
+            if left:  # said, not hidden: that PS cannot be released
+                print(f"[tf-hetero] scale_ps({list(active)}): {len(left)} variables no "
+                      f"optimizer trains stay where they are ({', '.join(left[:4])}"
+                      f"{', ...' if len(left) > 4 else ''}), so their PS tasks still serve "
+                      "reads. Variables that no optimizer updates are not moved.", flush=True)
+        # The window after a scaling is measured afresh on the new set of PS tasks.
+        self._round_index = len(self.monitor.rounds)
+        self.next_at = submitted + self.controller.window * self.engine.num_workers
+        self.scalings.append({"active": list(active), "moves": len(moves),
+                              "waited_s": waited_s, "move_s": time.monotonic() - t0,
+                              "t": self.engine.clock()})
+        return bool(moves)
+
+    def _move_untrained(self, active) -> None:
+        """Moves the small variables nobody trains off a PS leaving the set, to the active PS
+        with the least load: each optimizer's step counter (``iterations``, read by every
+        apply) and each accumulator's bookkeeping (``tags``, ``counts``, ``gens``,
+        ``received``: created beside its first variable, they do not follow it)."""
+        from tf_hetero.emulation.ps import ps_index
+
+        placement = getattr(self.strategy.extended, "placement", None)
+        accumulators = self.coordinator.tracer.accumulators
+        counters = [getattr(o, "iterations", None)
+                    for o in dict.fromkeys(a.optimizer for a in accumulators)]
+        counters += [getattr(a, k, None) for a in accumulators
+                     for k in ("tags", "counts", "gens", "received")]
+        for counter in counters:
+            if counter is None or not hasattr(counter, "_v"):
+                continue
+            src = ps_index(counter.device)
+            if src is None or src in active:
+                continue
+            dst = min(active, key=lambda p: (placement.loads[p] if placement else 0, p))
+            t0 = time.monotonic()
+            move_variable(counter, dst, self._pool)
+            if placement is not None and (counter.name, src) in {
+                    (n, q) for n, q, _ in placement.placed}:  # colocated ones are not
+                placement.move(counter.name, src, dst,
+                               int(counter.shape.num_elements() * counter.dtype.size), 1)
+            self.moves.append(("scale", counter.name, src, dst, time.monotonic() - t0))
+            self.move_times.append(self.engine.clock())
+
+    def _load_since(self) -> dict:
+        """What each emulated PS served since the last call (busy seconds, bytes, requests:
+        the controller's rate estimate), as ``decide`` keywords; ``{}`` without emulated PS
+        tasks or before the first snapshot."""
+        totals = self.monitor.ps_totals()
+        if totals is None:
+            return {}
+        before, self._totals = self._totals, totals
+        if before is None:
+            return {}
+        d = psload.delta(before, totals)
+        return {"busy_s": d["busy_s"], "served_bytes": d["bytes"],
+                "requests": d.get("requests")}
+
+    def _make(self, moves, units, label) -> None:
+        """Makes ``moves``, recording each under ``label`` (decision number, "scale")."""
         for move in moves:
             t0 = time.monotonic()
             self.move(units[move.unit][2], move.dst)
-            self.moves.append((self.controller.decisions, move.unit, move.src, move.dst,
-                               time.monotonic() - t0))
+            self.moves.append((label, move.unit, move.src, move.dst, time.monotonic() - t0))
             self.move_times.append(self.engine.clock())
-        return bool(moves)
 
     def move(self, variable, dst: int) -> None:
         """Moves ``variable`` with its slots and accumulators to PS ``dst``; the placement's

@@ -16,8 +16,9 @@ The loop (after PSLD, Chen et al., SoCC 2020):
    it improves, up to ``max_moves`` moves judged together (two heavy kernels on a slow PS
    move in one decision, not in two windows). Explore (probability ``explore``, seeded):
    one random unit to a random other PS, judged alone.
-   Service rates are measured (bytes served / busy seconds per PS) when busy times are
-   given, else ``rates`` (equal by default).
+   Service rates are measured when busy times are given: fitted with a per-request cost
+   over the last windows when request counts come too (:func:`fit_rates`), else bytes
+   served / busy seconds; until then ``rates`` (equal by default).
 3. **trial**: the next window runs with the moves. Its mean round time ``t`` is compared
    with the baseline: ``t <= baseline x (1 - min_gain)`` keeps them (``t`` is the new
    baseline); otherwise they are undone (moved back at once, last first) and each
@@ -63,7 +64,53 @@ import dataclasses
 import random
 from typing import Mapping, Sequence
 
-__all__ = ["Move", "RebalanceController", "make"]
+__all__ = ["Move", "RebalanceController", "make", "fit_rates"]
+
+
+def fit_rates(windows: Sequence[tuple], num_ps: int) -> tuple[float, ...] | None:
+    """PS service rates relative to the fastest, from measured windows, or ``None``.
+
+    Each window is ``(requests, bytes, busy_s)`` per PS. A PS's busy time is modelled as
+    ``requests x c + bytes x u_p``: ``c`` a cost per request shared by every PS, ``u_p``
+    PS ``p``'s seconds per byte; both are fitted by least squares. ``bytes / busy`` alone
+    makes a PS that serves few bytes look slow (measured here: ~9 ms per request beside
+    0.4 ms of bytes for a PS holding only biases). It needs as many independent equations
+    as unknowns (two windows with different loads on each PS): ``None`` before.
+
+    >>> w1 = ([64, 64], [50_000, 4_300_000], [64 * 0.009 + 50_000 * 0.25e-6,
+    ...                                       64 * 0.009 + 4_300_000 * 0.75e-6])
+    >>> fit_rates([w1], 2) is None                # one window: c and the rates not separable
+    True
+    >>> w2 = ([64, 64], [2_150_000, 2_200_000], [64 * 0.009 + 2_150_000 * 0.25e-6,
+    ...                                         64 * 0.009 + 2_200_000 * 0.75e-6])
+    >>> [round(r, 3) for r in fit_rates([w1, w2], 2)]   # PS 1 is 3x slower
+    [1.0, 0.333]
+    """
+    import numpy as np
+
+    rows, busy = [], []
+    for requests, nbytes, seconds in windows:
+        for p in range(num_ps):
+            if requests[p] > 0:
+                row = [0.0] * (num_ps + 1)
+                row[0], row[1 + p] = float(requests[p]), float(nbytes[p])
+                rows.append(row)
+                busy.append(float(seconds[p]))
+    if len(rows) < num_ps + 1:
+        return None
+    a = np.asarray(rows)
+    norms = np.linalg.norm(a, axis=0)
+    if not np.all(norms > 0):
+        return None
+    a = a / norms  # requests (~1e2) and bytes (~1e6) on one scale
+    if np.linalg.matrix_rank(a, tol=1e-6) < num_ps + 1:
+        return None
+    x = np.linalg.lstsq(a, np.asarray(busy), rcond=None)[0] / norms
+    seconds_per_byte = x[1:]
+    if not np.all(seconds_per_byte > 0):
+        return None  # noise larger than the signal: do not trust the fit
+    rates = 1.0 / seconds_per_byte
+    return tuple(float(r) for r in rates / rates.max())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +168,9 @@ class RebalanceController:
         #: One dict per decision: window mean, baseline, decision, moves (a log for people).
         self.history: list[dict] = []
         self._explored = False  # the last proposal was an exploration
+        #: Measured windows ``(requests, bytes, busy_s)`` per PS, the last ``fit_windows``.
+        self._windows: list[tuple] = []
+        self.fit_windows = 4
         #: One dict per :meth:`scale`: the decisions made before it, the active PS, moves.
         self.scalings: list[dict] = []
 
@@ -144,7 +194,8 @@ class RebalanceController:
 
     def decide(self, units: Mapping[str, tuple[int, float]], round_times: Sequence[float],
                busy_s: Sequence[float] | None = None,
-               served_bytes: Sequence[float] | None = None) -> list[Move]:
+               served_bytes: Sequence[float] | None = None,
+               requests: Sequence[int] | None = None) -> list[Move]:
         """The moves to make now.
 
         Args:
@@ -153,6 +204,9 @@ class RebalanceController:
           round_times: seconds of the window's rounds (in order).
           busy_s, served_bytes: measured per PS over the window (emulated PS tasks); give both
             to estimate the service rates, else ``rates`` is used.
+          requests: requests served per PS over the window; with them the rates are fitted
+            with a per-request cost (:func:`fit_rates`, over the last ``fit_windows``
+            windows) instead of ``served_bytes / busy_s``.
         """
         self.decisions += 1
         t = self.window_mean(round_times)
@@ -178,7 +232,7 @@ class RebalanceController:
             self.trial = []
         else:
             self.baseline = t  # the current placement, as measured now
-        rates = self._measured_rates(busy_s, served_bytes) or self.rates
+        rates = self._measured_rates(busy_s, served_bytes, requests) or self.rates
         for _ in range(self.max_moves):
             proposal = self.propose(units, rates)
             if proposal is None:
@@ -192,11 +246,16 @@ class RebalanceController:
         self.history.append(entry)
         return moves
 
-    def _measured_rates(self, busy_s, served_bytes) -> tuple[float, ...] | None:
-        """Service rate of each PS as measured (bytes per busy second), relative to the
-        fastest; ``None`` if not measured on every PS."""
+    def _measured_rates(self, busy_s, served_bytes, requests=None):
+        """Service rate of each PS as measured, relative to the fastest; ``None`` if not
+        measured (yet) on every PS. With request counts: :func:`fit_rates` over the last
+        ``fit_windows`` windows; without: bytes per busy second."""
         if busy_s is None or served_bytes is None or len(busy_s) != self.num_ps:
             return None
+        if requests is not None:
+            self._windows.append((list(requests), list(served_bytes), list(busy_s)))
+            del self._windows[:-self.fit_windows]
+            return fit_rates(self._windows, self.num_ps)
         rates = [b / s if s > 0 and b > 0 else None for b, s in zip(served_bytes, busy_s)]
         if any(r is None for r in rates):
             return None
@@ -245,7 +304,8 @@ class RebalanceController:
 
     def scale(self, units: Mapping[str, tuple[int, float]], active: Sequence[int],
               busy_s: Sequence[float] | None = None,
-              served_bytes: Sequence[float] | None = None) -> list[Move]:
+              served_bytes: Sequence[float] | None = None,
+              requests: Sequence[int] | None = None) -> list[Move]:
         """Elastic PS scaling: from now on only the PS tasks in ``active`` hold variables.
         Returns the moves that get there (made at once, not judged): every unit on a PS
         leaving the set goes, largest first, to the active PS with the least load per rate
@@ -268,7 +328,7 @@ class RebalanceController:
             raise ValueError(f"scale_ps({list(active)}): PS tasks are numbered "
                              f"0..{self.num_ps - 1} here. Fix: name active PS tasks among "
                              f"them (or give a count, 1..{self.num_ps}).")
-        rates = self._measured_rates(busy_s, served_bytes) or self.rates
+        rates = self._measured_rates(busy_s, served_bytes, requests) or self.rates
         self.active, self.trial, self.baseline = active, [], None
         units = dict(units)
         loads = [0.0] * self.num_ps
@@ -304,7 +364,7 @@ class RebalanceController:
 
     def __repr__(self):
         return (f"RebalanceController(window={self.window}, min_gain={self.min_gain}, "
-                f"explore={self.explore})")
+                f"explore={self.explore}, max_moves={self.max_moves})")
 
 
 def make(rebalance) -> RebalanceController | None:
@@ -312,7 +372,7 @@ def make(rebalance) -> RebalanceController | None:
     :class:`RebalanceController`).
 
     >>> make(True), make(False)
-    (RebalanceController(window=8, min_gain=0.05, explore=0.1), None)
+    (RebalanceController(window=8, min_gain=0.05, explore=0.1, max_moves=4), None)
     >>> make("yes")
     Traceback (most recent call last):
     ...
