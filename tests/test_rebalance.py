@@ -223,7 +223,14 @@ def test_rates_fitted_with_a_per_request_cost_send_the_second_kernel_off_the_slo
         first = c.decide(units, [0.5, 0.5], **w1)
         assert [m.unit for m in first] == ["k0"]  # rates not known yet: equal
         units["k0"] = (0, 64000)
-        return [m.unit for m in c.decide(units, [0.4, 0.4], **w2)]
+        second = c.decide(units, [0.4, 0.4], **w2)
+        if with_requests:  # settled: windows on one placement do not refit, nothing moves
+            for m in second:
+                units[m.unit] = (m.dst, units[m.unit][1])
+            settled = window(4_200_000, 200_000)
+            for _ in range(6):  # the informative windows age out of the last 4
+                assert c.decide(units, [0.25, 0.25], **settled) == []
+        return [m.unit for m in second]
 
     assert "k1" in second_decision(with_requests=True)
     assert "k1" not in second_decision(with_requests=False)

@@ -171,6 +171,7 @@ class RebalanceController:
         #: Measured windows ``(requests, bytes, busy_s)`` per PS, the last ``fit_windows``.
         self._windows: list[tuple] = []
         self.fit_windows = 4
+        self._fitted: tuple[float, ...] | None = None  # the last rates fit_rates gave
         #: One dict per :meth:`scale`: the decisions made before it, the active PS, moves.
         self.scalings: list[dict] = []
 
@@ -255,7 +256,12 @@ class RebalanceController:
         if requests is not None:
             self._windows.append((list(requests), list(served_bytes), list(busy_s)))
             del self._windows[:-self.fit_windows]
-            return fit_rates(self._windows, self.num_ps)
+            fitted = fit_rates(self._windows, self.num_ps)
+            # Windows on an unchanged placement cannot separate the per-request cost from
+            # the rates: keep the last fit (measured: falling back to equal rates there sent
+            # a kernel back to the slow PS, a trial undone at once, twice per run).
+            self._fitted = fitted or self._fitted
+            return self._fitted
         rates = [b / s if s > 0 and b > 0 else None for b, s in zip(served_bytes, busy_s)]
         if any(r is None for r in rates):
             return None
