@@ -327,13 +327,11 @@ class RebalanceController:
         >>> c.scale(units, [2])
         Traceback (most recent call last):
         ...
-        ValueError: scale_ps([2]): PS tasks are numbered 0..1 here. Fix: name active PS tasks among them (or give a count, 1..2).
+        ValueError: scale_ps([2]): this cluster lists 2 PS tasks (TF_CONFIG "ps"), and TensorFlow cannot add a task to a running cluster. Fix: list every PS task you may scale to in TF_CONFIG, start with scale_ps(k) for k of them and scale up to 2 (docs/PSLD.md section 5).
         """
-        active = tuple(sorted(set(int(p) for p in active)))
-        if not active or any(not 0 <= p < self.num_ps for p in active):
-            raise ValueError(f"scale_ps({list(active)}): PS tasks are numbered "
-                             f"0..{self.num_ps - 1} here. Fix: name active PS tasks among "
-                             f"them (or give a count, 1..{self.num_ps}).")
+        from tf_hetero.placement import parse_active  # the one check of an active set
+
+        active = parse_active(list(active), self.num_ps)
         rates = self._measured_rates(busy_s, served_bytes, requests) or self.rates
         self.active, self.trial, self.baseline = active, [], None
         units = dict(units)
