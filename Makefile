@@ -28,7 +28,7 @@ wheel: $(STAMP)
 	@ls dist/tf_hetero-*.whl
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not cluster"

@@ -77,3 +77,78 @@ def inprocess_cluster():
     import tf_hetero
 
     return tf_hetero.LocalCluster(3, 2, processes=False).start()
+
+
+# ------------------------------------------------------------------ coordinator clean-up
+# A coordinator's worker threads hold it, its strategy, models, traced functions and
+# datasets for the life of the process: TF stops them only when the coordinator is
+# garbage-collected, which those threads prevent. Left alone, the in-process test modules
+# grew the heap to ~4M objects and 7 GB by test_strategies_dropin_inprocess.py (a full
+# collection then took 6 s, stalling every Python thread of the in-process cluster), and
+# the timing tests after it saw a 40 ms emulated step take 160 ms on every worker. So every
+# coordinator a test (or a module's fixtures) creates is shut down when it ends.
+
+_coordinators: dict[int, tuple[int, object]] = {}  # id(strategy) -> (creation no., weakref)
+_created = [0]
+
+
+def _record_coordinators(node) -> bool:
+    """Makes every ClusterCoordinator (stock or tf-hetero's) register its strategy; True once
+    installed. Imports TensorFlow only for cluster tests, so the pure tests stay fast."""
+    name = "tensorflow.python.distribute.coordinator.cluster_coordinator"
+    if node.get_closest_marker("cluster") is not None:
+        import importlib
+
+        importlib.import_module(name)
+    cc = sys.modules.get(name)
+    if cc is None:
+        return False
+    if getattr(cc.ClusterCoordinator.__init__, "_tf_hetero_recorded", False):
+        return True
+    import weakref
+
+    original = cc.ClusterCoordinator.__init__
+
+    def init(self, strategy):
+        original(self, strategy)
+        known = _coordinators.get(id(strategy))
+        if known is None or known[1]() is not strategy:  # TF re-runs __init__ on a cached one
+            _created[0] += 1
+            _coordinators[id(strategy)] = (_created[0], weakref.ref(strategy))
+
+    init._tf_hetero_recorded = True
+    cc.ClusterCoordinator.__init__ = init
+    return True
+
+
+def _shut_down_since(mark: int) -> None:
+    from tf_hetero.strategies.runtime.coordinator import shutdown
+
+    for key, (number, ref) in list(_coordinators.items()):
+        if number > mark:
+            strategy = ref()
+            if strategy is not None:
+                shutdown(strategy)
+            del _coordinators[key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shut_down_module_coordinators(request):
+    """Coordinators of the module's fixtures (a module-scoped trained model) end with it."""
+    _record_coordinators(request.node)
+    mark = _created[0]
+    yield
+    if _record_coordinators(request.node):
+        _shut_down_since(mark)
+
+
+@pytest.fixture(autouse=True)
+def _shut_down_test_coordinators(request):
+    """Coordinators a test creates end with the test (module fixtures' live on)."""
+    if request.node.get_closest_marker("cluster") is None:
+        yield
+        return
+    _record_coordinators(request.node)
+    mark = _created[0]
+    yield
+    _shut_down_since(mark)
