@@ -86,7 +86,10 @@ def inprocess_cluster():
 # grew the heap to ~4M objects and 7 GB by test_strategies_dropin_inprocess.py (a full
 # collection then took 6 s, stalling every Python thread of the in-process cluster), and
 # the timing tests after it saw a 40 ms emulated step take 160 ms on every worker. So every
-# coordinator a test (or a module's fixtures) creates is shut down when it ends.
+# coordinator a test (or a module's fixtures) creates is shut down when it ends, and freed.
+# Freeing costs time (each freed tf.function leaves every server with blocking RPCs), but
+# keeping the objects and freezing them out of the collector still failed the timing tests:
+# docs/TF_INTERNALS.md, "What a coordinator that is never shut down costs".
 
 _coordinators: dict[int, tuple[int, object]] = {}  # id(strategy) -> (creation no., weakref)
 _created = [0]
