@@ -91,58 +91,53 @@ def inprocess_cluster():
 # keeping the objects and freezing them out of the collector still failed the timing tests:
 # docs/TF_INTERNALS.md, "What a coordinator that is never shut down costs".
 
-_coordinators: dict[int, tuple[int, object]] = {}  # id(strategy) -> (creation no., weakref)
-_created = [0]
+_strategies: list = []  # weakrefs to every strategy with a coordinator, in creation order
 
 
-def _record_coordinators(node) -> bool:
-    """Makes every ClusterCoordinator (stock or tf-hetero's) register its strategy; True once
-    installed. Imports TensorFlow only for cluster tests, so the pure tests stay fast."""
+def _record_coordinators(node) -> None:
+    """Makes every ClusterCoordinator (stock or tf-hetero's) register its strategy. Imports
+    TensorFlow only for cluster tests, so the pure tests stay fast."""
     name = "tensorflow.python.distribute.coordinator.cluster_coordinator"
     if node.get_closest_marker("cluster") is not None:
         import importlib
 
         importlib.import_module(name)
     cc = sys.modules.get(name)
-    if cc is None:
-        return False
-    if getattr(cc.ClusterCoordinator.__init__, "_tf_hetero_recorded", False):
-        return True
+    if cc is None or getattr(cc.ClusterCoordinator.__init__, "_tf_hetero_recorded", False):
+        return
     import weakref
 
     original = cc.ClusterCoordinator.__init__
 
     def init(self, strategy):
         original(self, strategy)
-        known = _coordinators.get(id(strategy))
-        if known is None or known[1]() is not strategy:  # TF re-runs __init__ on a cached one
-            _created[0] += 1
-            _coordinators[id(strategy)] = (_created[0], weakref.ref(strategy))
+        if not any(ref() is strategy for ref in _strategies):  # TF re-runs a cached one's
+            _strategies.append(weakref.ref(strategy))
 
     init._tf_hetero_recorded = True
     cc.ClusterCoordinator.__init__ = init
-    return True
 
 
 def _shut_down_since(mark: int) -> None:
+    """Shuts down the coordinators of the strategies recorded after the first ``mark``."""
+    if len(_strategies) <= mark:
+        return
     from tf_hetero.strategies.runtime.coordinator import shutdown
 
-    for key, (number, ref) in list(_coordinators.items()):
-        if number > mark:
-            strategy = ref()
-            if strategy is not None:
-                shutdown(strategy)
-            del _coordinators[key]
+    for ref in _strategies[mark:]:
+        strategy = ref()
+        if strategy is not None:
+            shutdown(strategy)
+    del _strategies[mark:]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _shut_down_module_coordinators(request):
     """Coordinators of the module's fixtures (a module-scoped trained model) end with it."""
     _record_coordinators(request.node)
-    mark = _created[0]
+    mark = len(_strategies)
     yield
-    if _record_coordinators(request.node):
-        _shut_down_since(mark)
+    _shut_down_since(mark)
 
 
 @pytest.fixture(autouse=True)
@@ -152,6 +147,6 @@ def _shut_down_test_coordinators(request):
         yield
         return
     _record_coordinators(request.node)
-    mark = _created[0]
+    mark = len(_strategies)
     yield
     _shut_down_since(mark)
