@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tf_hetero.engine import LateFolding, RoundEngine, TaskTransfer
-from tf_hetero.policies import (AllTasks, ElasticParallelism, SlackSync, StalenessWeight,
-                                StragglerProjection, TransferAfter)
+from tf_hetero.policies import (AllTasks, BalancedBatches, ElasticParallelism, SlackSync,
+                                StalenessWeight, StragglerProjection, TransferAfter)
 from tf_hetero.telemetry import Monitor
 
 from fakes import FakeClock, FakeDispatcher as Dispatcher
@@ -144,3 +144,95 @@ def test_epsp_policies_reject_impossible_settings():
     with pytest.raises(ValueError, match=r"max_staleness=0"):
         StalenessWeight(0)
     assert StalenessWeight(2).weight(3) == 0.0 and StalenessWeight(2).weight(1) == 0.5
+
+
+def sized_slack(n=3):
+    """Slack EPSP with sized rounds (one pinned task per participant, as shipped)."""
+    clock = FakeClock()
+    d = Dispatcher()
+    m = Monitor(n, clock=clock)
+    assign = ElasticParallelism(n, StragglerProjection(window=4), probe_every=100,
+                                keep_stragglers=True, batches=BalancedBatches(units=n))
+    e = RoundEngine(n, SlackSync(0.6), assign, d, monitor=m, clock=clock,
+                    components=[LateFolding(StalenessWeight(max_staleness=4))])
+    return e, d, clock
+
+
+def test_a_late_task_still_running_keeps_its_lane_out_of_the_next_round_of_its_slot():
+    """Round 0 (slot 0) closes without worker 2; round 1 (slot 1) closes without it too, and
+    round 2 writes slot 0 again while worker 2 still computes round 0's gradient there. A
+    task of round 2 on worker 2 would overwrite that late gradient before round 2's apply
+    folds it (seen in chaos runs: the fold then applied nothing), so round 2 leaves it out."""
+    e, d, clock = sized_slack(3)
+    t = [e.submit(i) for i in range(9)]
+    r0 = e.rounds[0]
+    late = next(x for x in r0.tasks if x.pinned == 2)
+    for x in r0.tasks:
+        e.task_started(x, x.pinned)
+    clock.advance(0.1)
+    for x in r0.tasks:
+        if x is not late:
+            e.task_finished(x, x.pinned)
+    assert r0.closed and r0.slot == 0 and set(r0.lanes) == {0, 1}
+    e.apply_finished(0, 2)
+    r1 = e.rounds[1]
+    assert r1.slot == 1
+    for x in [x for x in r1.tasks if x.pinned != 2]:
+        finish(e, clock, x, x.pinned)
+    assert r1.closed
+    e.apply_finished(1, 2)
+    r2 = e.rounds[2]
+    assert r2.slot == 0 and late.state == "running"
+    assert {x.pinned for x in r2.tasks} == {0, 1}  # worker 2's slot-0 lane is still busy
+    e.task_finished(late, 2)  # round 0's gradient, late: waits in lane (2, 0)
+    assert late.state == "late"
+    for x in r2.tasks:
+        finish(e, clock, x, x.pinned)
+    assert d.folds[-1] == (2, {(2, 0): (0, pytest.approx(1 / 3))})  # staleness 2
+    assert late.state == "folded" and t
+
+
+def test_a_waiting_late_gradient_keeps_its_worker_out_of_rounds_writing_its_lane():
+    e, d, clock = sized_slack(3)
+    [e.submit(i) for i in range(9)]
+    r0 = e.rounds[0]
+    late = next(x for x in r0.tasks if x.pinned == 2)
+    e.task_started(late, 2)
+    for x in r0.tasks:
+        if x is not late:
+            finish(e, clock, x, x.pinned)
+    e.apply_finished(0, 2)
+    r1 = e.rounds[1]
+    for x in [x for x in r1.tasks if x.pinned != 2]:
+        finish(e, clock, x, x.pinned)
+    e.task_finished(late, 2)  # after round 1 closed: folded by the next round, round 2
+    e.apply_finished(1, 2)
+    r2 = e.rounds[2]
+    assert r2.slot == 0 and 2 not in {x.pinned for x in r2.tasks}
+
+
+def test_when_every_live_worker_holds_a_late_gradient_a_fold_only_round_applies_them():
+    """Worker 1's late gradient waits in slot 0 and worker 0 is dead: the next round (slot 0)
+    has no worker it may give a task to, so it folds what waits instead of waiting for
+    worker 0 to come back."""
+    clock = FakeClock()
+    d = Dispatcher()
+    assign = ElasticParallelism(2, StragglerProjection(window=4), probe_every=100,
+                                keep_stragglers=True, batches=BalancedBatches(units=2))
+    e = RoundEngine(2, SlackSync(0.5), assign, d, monitor=Monitor(2, clock=clock), clock=clock,
+                    components=[LateFolding(StalenessWeight(max_staleness=4))])
+    [e.submit(i) for i in range(8)]
+    r0 = e.rounds[0]
+    late = next(x for x in r0.tasks if x.pinned == 1)
+    e.task_started(late, 1)
+    finish(e, clock, next(x for x in r0.tasks if x.pinned == 0), 0)  # 1 of 2: closes
+    e.apply_finished(0, 1)
+    finish(e, clock, next(x for x in e.rounds[1].tasks if x.pinned == 0), 0)
+    e.task_finished(late, 1)  # round 1 closed already: waits in lane (1, 0)
+    e.worker_failed(0)
+    e.apply_finished(1, 1)
+    fold = e.rounds[2]
+    assert fold.kind == "fold" and not fold.tasks
+    assert d.folds[-1][1] == {(1, 0): (0, pytest.approx(1 / 3))}  # staleness 2
+    e.apply_finished(2, 1)
+    assert [x.pinned for x in e.rounds[3].tasks] == [1] and e.rounds[3].slot == 1

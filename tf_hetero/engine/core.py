@@ -523,8 +523,20 @@ class RoundEngine:
                     return
         if not self._pending:
             return
-        live = self.book_live(book)
+        # A worker whose lane in the next round's slot holds a late gradient still to fold
+        # (or a late task still writing it) sits the round out: its task would overwrite it.
+        slot = book.opened % 2
+        live = [w for w in self.book_live(book)
+                if not any(c.blocks(w, slot) for c in self.components)]
         if not live:
+            if self._pending and not book.busy:
+                # Every live worker's lane is held (e.g. the others are dead): apply what is
+                # held now, in a round of its own, instead of waiting for a worker that may
+                # never come back.
+                for c in self.components:
+                    if any(c.blocks(w, slot) for w in self.book_live(book)) and \
+                            c.end_of_epoch(book):
+                        return
             return
         ctx = RoundContext(book.opened, tuple(w for w in live if not self.busy(w)),
                            tuple(w for w in live if self.busy(w)), self.monitor)

@@ -2,12 +2,16 @@
 stays in its accumulator lane and is folded into a later round's apply with a weight from a
 :class:`~tf_hetero.engine.api.LatePolicy` (e.g. ``1 / (1 + staleness)``); weight 0 drops it.
 
-While a late gradient waits in lane ``w`` of slot ``s``, worker ``w`` gets no task of a round
-writing slot ``s`` (it would overwrite it); when ``fit`` joins with gradients still waiting,
-a *fold-only* round (no task of its own) applies them.
+While a late gradient waits in lane ``w`` of slot ``s``, or a task of a closed round is still
+writing it there, worker ``w`` gets no task of a round writing slot ``s`` (it would overwrite
+the late gradient before the apply that folds it reads it: seen under chaos kills and with a
+straggler more than two rounds slow); when ``fit`` joins with gradients still waiting, a
+*fold-only* round (no task of its own) applies them.
 
->>> from tf_hetero.policies import StalenessWeight
+>>> from tf_hetero.engine import RoundEngine
+>>> from tf_hetero.policies import AllTasks, StalenessWeight
 >>> folding = LateFolding(StalenessWeight(max_staleness=4))
+>>> engine = RoundEngine(3, AllTasks(), components=[folding])
 >>> folding.waiting[(2, 1)] = (7, [])      # lane 2, slot 1 holds round 7's late gradient
 >>> folding.blocks(2, 1), folding.blocks(2, 0), folding.has_work()
 (True, False, True)
@@ -30,7 +34,14 @@ class LateFolding(Component):
         self.waiting: dict[tuple[int, int], tuple[int, list]] = {}
 
     def blocks(self, worker, slot) -> bool:
-        return (worker, slot) in self.waiting
+        if (worker, slot) in self.waiting:
+            return True
+        rounds = self.engine.rounds
+        # A running task of a closed round writes lane ``worker`` (its runner's, whichever
+        # worker it was planned for) and will be late: the lane is as good as held.
+        return any(t.state == TaskState.RUNNING and t.round is not None and not t.stale
+                   and t.lane_id == worker and rounds[t.round].closed
+                   and rounds[t.round].slot == slot for t in self.engine.running(worker))
 
     def on_late(self, rnd, lane, late) -> bool:
         self.waiting[(lane, rnd.slot)] = (rnd.id, late)
