@@ -195,3 +195,34 @@ def test_a_policy_that_raises_stops_the_engine_with_its_error_instead_of_hanging
         run(e, t)  # the close calls Broken.scale, which raises a TypeError
     with pytest.raises(Exception, match="a policy or component raised TypeError"):
         e.wait_idle(timeout=1.0)
+
+
+def test_a_task_rerun_outside_its_group_writes_its_own_groups_lane():
+    """DynSGD (one group per worker) under a worker kill: TF re-runs the dead worker's
+    closure on any live worker. Written to that worker's lane, its gradient met the rounds
+    of the worker's own group, which write that lane with their own slots, and one of the
+    two applies found the other's round tag and applied nothing (seen in chaos runs). It
+    writes the lane of the worker it was planned for: each round applies its own lane."""
+    e, d, m, _ = grouped(3, FixedGroups([[0], [1], [2]]))
+    tasks = [e.submit(i) for i in range(3)]
+    mine = next(t for t in tasks if t.pinned == 0)
+    other = next(t for t in tasks if t.pinned == 1)
+    e.worker_failed(0)
+    e.task_started(other, 1)
+    assert e.task_started(mine, 1) is True and mine.lane_id == 0 and mine.overwrite
+    e.task_finished(other, 1)
+    e.task_finished(mine, 1)
+    assert sorted(d.applies) == sorted([(other.round, {1: 1}), (mine.round, {0: 1})])
+    assert [f for _, name, f in m.events if name == "foreign_run"] == [
+        {"round": mine.round, "task": mine.id, "ran_on": 1, "lane": 0}]
+
+
+def test_a_task_rerun_inside_its_group_adds_to_the_runners_lane():
+    e, d, _, _ = grouped(3, FixedGroups([[0, 1], [2]]))
+    tasks = [e.submit(i) for i in range(3)]
+    mine = next(t for t in tasks if t.pinned == 0)
+    e.worker_failed(0)
+    for t in [t for t in tasks if t.pinned == 1] + [mine]:
+        e.task_started(t, 1)
+        e.task_finished(t, 1)
+    assert d.applies[0] == (mine.round, {1: 2})  # same round, same slot: the lane adds up

@@ -83,10 +83,9 @@ def chaos_run(kind: str, strategy: str, tmp_path, *extra) -> dict:
     return json.loads(out.read_text())
 
 
-# EPSP slack is left to the runner: a known, timing-dependent bug (FINDINGS.md, bug 2: a late
-# gradient waiting in its lane can be overwritten by a later round's task on the same slot
-# before it is folded) fails 3 of 4 of its chaos runs. Add it here when that is fixed.
-@pytest.mark.parametrize("strategy", ["hps"])
+# EPSP slack (late folding) and DynSGD (per-worker lanes) each had a lane bug that only kills
+# showed (FINDINGS.md, bugs 2 and 3); both are here as their regressions.
+@pytest.mark.parametrize("strategy", ["hps", "epspslack", "dynsgd"])
 def test_three_worker_kills_in_one_fit_lose_and_double_no_task_or_round(tmp_path, strategy):
     result = chaos_run("chaos", strategy, tmp_path)
     assert chaos_judge().check_chaos(result) == [], result

@@ -10,11 +10,13 @@ the life of a step is drawn in docs/ARCHITECTURE.md):
    no EMA, no ``iterations`` increment. Those happen once per round, in step 3.
 2. Accumulators live on the PS task of their variable (colocated), one *lane* per worker and
    two *slots* (a book's rounds alternate them): ``acc[slot, lane]``. A task of round ``r``
-   (slot ``s``) running on worker ``w`` writes only ``acc[s, w]``; the first of its tasks in round ``r`` overwrites the
-   lane (its tag says it held an older round), later ones add. Only worker ``w`` writes lane
-   ``w``, one closure at a time, so lanes need no locks, and a late task of a closed round
-   writes a lane the round's apply no longer reads: late gradients never leak into another
-   round. (The engine never lets a worker run its book's round after next before a round
+   (slot ``s``) running on worker ``w`` writes only ``acc[s, w]``; the first of its tasks in
+   round ``r`` overwrites the lane (its tag says it held an older round), later ones add.
+   Only worker ``w`` writes lane ``w``, one closure at a time, so lanes need no locks (a
+   closure TF re-runs on a worker outside its round's book writes the lane it was planned
+   for, and replaces it: docs/ARCHITECTURE.md), and a late task of a closed round writes a
+   lane the round's apply no longer reads: late gradients never leak into another round.
+   (The engine never lets a worker run its book's round after next before a round
    is applied.)
 3. The round's apply (:meth:`Accumulators.make_apply_fn`, scheduled like any task) sums the
    lanes the engine includes, divides by the number of micro-batches in them and calls the
@@ -74,6 +76,8 @@ import threading
 
 import tensorflow as tf
 
+from tf_hetero.engine import OVERWRITE
+
 __all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "decode_code",
            "decode_size", "SIZE_CODE",
            "LANE_CODE", "NO_ROUND", "dense", "weigh", "unique_rows", "current_worker",
@@ -86,7 +90,7 @@ __all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "de
 #: + lane + 1`` (``+ 0``: the lane of the worker that runs it). A negative code writes nothing
 #: (its round closed before it started).
 LANE_CODE = 1024
-PUSH_CODE = 4
+PUSH_CODE = 8  # push flags (PUSH_OLD, PUSH_ALL) and the OVERWRITE write flag
 SIZE_CODE = 4096
 #: The code of a task whose round closed before it started: it writes nothing.
 NO_ROUND = -1
@@ -98,7 +102,7 @@ def task_code(round_id: int, lane: int | None = None, push: int = 0,
     round's accumulator slot (its book alternates them; default ``round_id % 2``).
 
     >>> task_code(3), task_code(3, lane=5), task_code(3, push=2), task_code(3, slot=0)
-    (117440512, 117440518, 125829120, 100663296)
+    (234881024, 234881030, 243269632, 201326592)
     >>> task_code(3, size=5) - task_code(3) == 4 * LANE_CODE
     True
     >>> task_code(-1)
@@ -343,8 +347,9 @@ class Accumulators:
         round closed before it started: it writes nothing. An ``IndexedSlices`` gradient is
         summed per row on the worker and only its rows cross to the PS (sparse mode).
         """
-        round_id, slot, _, lane = decode_code(code)
+        round_id, slot, flags, lane = decode_code(code)
         lane = tf.where(lane >= 0, lane, current_worker())
+        overwrite = tf.bitwise.bitwise_and(flags, OVERWRITE) > 0
         # A task of n granules computed the mean gradient of its n granules: it weighs n.
         n = decode_size(code)
         values = {}
@@ -355,14 +360,16 @@ class Accumulators:
             else:
                 self._mode.setdefault(i, "dense")
                 values[i] = lambda g=dense(g): weigh(g, n)
-        return tf.cond(code >= 0, lambda: self.write(values, round_id, slot, lane, n),
+        return tf.cond(code >= 0, lambda: self.write(values, round_id, slot, lane, n,
+                                                      overwrite=overwrite),
                        lambda: tf.constant(False))
 
     def write(self, values: dict, round_id, slot, lane, micro_batches,
-              payload_bytes: int | None = None) -> tf.Tensor:
+              payload_bytes: int | None = None, overwrite=False) -> tf.Tensor:
         """Adds gradients to ``lane`` of ``slot`` for ``round_id`` (the first write of a round
         overwrites what the lane held; in sparse mode, what each *row* held) and
-        ``micro_batches`` to its count.
+        ``micro_batches`` to its count. ``overwrite`` (a bool tensor): this write replaces
+        the lane even if it holds ``round_id`` already (a re-run of a dead worker's task).
 
         ``values[i]`` is a callable that makes variable ``i``'s gradient: a dense tensor, or
         (sparse mode) ``IndexedSlices`` with unique indices (:func:`unique_rows`). A dense
@@ -372,7 +379,7 @@ class Accumulators:
         codec payload) replaces the dense bytes counted in :meth:`traffic`.
         """
         tag = tf.gather_nd(self.tags, [[lane, slot]])[0]
-        fresh = tf.not_equal(tag, round_id)
+        fresh = tf.logical_or(tf.not_equal(tag, round_id), overwrite)
         # The lane's generation after this write: a fresh write starts a new one, so rows
         # written before it (by any round) no longer count, as a dense overwrite would.
         gen = tf.gather_nd(self.gens, [[lane, slot]])[0] + tf.cast(fresh, tf.int64)

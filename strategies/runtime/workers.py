@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
+from tf_hetero.engine import OVERWRITE
 from tf_hetero.strategies.runtime.accumulate import NO_ROUND, task_code
 from tf_hetero.strategies.runtime.errors import translate
 from tf_hetero.strategies.runtime.tags import ClosureKind, tag_of
@@ -57,7 +58,8 @@ def _instrument(coordinator, worker, attempt, versions):
             fresh = engine.task_started(task, w)
             if task.round is not None:  # its round, slot, lane and push flags are final now
                 slot = engine.rounds[task.round].slot
-                code = (task_code(task.round, task.lane, task.push, slot, task.size)
+                flags = task.push | (OVERWRITE if task.overwrite else 0)
+                code = (task_code(task.round, task.lane, flags, slot, task.size)
                         if fresh else NO_ROUND)
                 closure._args = (coordinator.code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
         elif tag is not None and tag.kind == ClosureKind.ASYNC:

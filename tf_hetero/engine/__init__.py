@@ -16,11 +16,11 @@ from tf_hetero.engine.api import (AssignmentPolicy, Component, Dispatcher, Gate,
 from tf_hetero.engine.core import EngineError, RoundEngine
 from tf_hetero.engine.folding import LateFolding
 from tf_hetero.engine.local import LocalAccumulation
-from tf_hetero.engine.state import (PUSH_ALL, PUSH_OLD, Book, Round, RoundKind, Task,
-                                    TaskState)
+from tf_hetero.engine.state import (OVERWRITE, PUSH_ALL, PUSH_OLD, Book, Round, RoundKind,
+                                    Task, TaskState)
 from tf_hetero.engine.transfer import TaskTransfer
 
 __all__ = ["RoundEngine", "EngineError", "Task", "Round", "Book", "TaskState", "RoundKind",
-           "PUSH_OLD", "PUSH_ALL", "Dispatcher", "SyncPolicy", "AssignmentPolicy", "Gate",
-           "LatePolicy", "TransferPolicy", "Plan", "Pulled", "RoundContext", "Component",
+           "PUSH_OLD", "PUSH_ALL", "OVERWRITE", "Dispatcher", "SyncPolicy", "AssignmentPolicy",
+           "Gate", "LatePolicy", "TransferPolicy", "Plan", "Pulled", "RoundContext", "Component",
            "LocalAccumulation", "TaskTransfer", "LateFolding"]

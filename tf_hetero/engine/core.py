@@ -221,6 +221,9 @@ class RoundEngine:
             task.version_at_start = self.version
             self._running[worker].add(task)
             task.stale = task.round is not None and self.rounds[task.round].closed
+            if task.round is not None and not task.stale and task.lane is None and \
+                    worker not in self._books[self.rounds[task.round].book].workers:
+                self._foreign_lane(task, worker)
             if task.round is not None and not task.stale:
                 for c in self.components:
                     c.on_task_started(task, worker)
@@ -596,6 +599,25 @@ class RoundEngine:
                         del rnd.pull[i]
                         self.dispatch(task, w, rnd.id)
                         break
+
+    def _foreign_lane(self, task: Task, worker: int) -> None:
+        """``task`` (of an open round) starts on ``worker``, outside its round's book: TF
+        re-runs the closure of a dead worker on any live worker. Written to ``worker``'s own
+        lane, its gradient would meet the rounds of ``worker``'s book, which write that lane
+        with their own slots: one of the two applies then found the other's round tag there
+        and applied nothing (grouped sync, DynSGD and CASP under worker kills). It writes
+        the lane of the worker it was planned for instead (of its own book and round, as
+        that worker would have), whoever runs it; a book whose workers are all dead keeps
+        training on the others' workers, as stock PSS does."""
+        book = self._books[self.rounds[task.round].book]
+        task.lane = task.pinned if task.pinned in book.workers else min(book.workers)
+        # That worker died running it, maybe after its write reached the PS: the run
+        # replaces what the lane holds instead of adding to it (the round has one task per
+        # worker: nothing else of this round is in that lane).
+        task.overwrite = True
+        if self.monitor:
+            self.monitor.on_event("foreign_run", round=task.round, task=task.id,
+                                  ran_on=worker, lane=task.lane)
 
     def _settle_late(self, rnd: Round, lane: int) -> None:
         """Once every copy of ``rnd`` on ``lane`` has finished: drop, or a component keeps

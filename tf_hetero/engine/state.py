@@ -34,6 +34,9 @@ __all__ = ["TaskState", "RoundKind", "Task", "Round", "Book", "PUSH_OLD", "PUSH_
 #: in, push what its worker holds locally (so the push overlaps the task's compute);
 #: ``PUSH_ALL``: after its compute, push the local sum plus its own gradient.
 PUSH_OLD, PUSH_ALL = 1, 2
+#: A write flag beside them: the task's write starts its lane afresh even if the lane holds
+#: its own round's tag (a re-run in the lane of a dead worker, whose write may have landed).
+OVERWRITE = 4
 
 
 class TaskState(str, enum.Enum):
@@ -89,6 +92,7 @@ class Task:
     push: int = 0  # local accumulation: PUSH_OLD / PUSH_ALL flags (0: keep it local)
     pushed: int = 0  # local accumulation: micro-batches its push carried
     drain: bool = False  # a push-only task (no micro-batch of its own)
+    overwrite: bool = False  # its write replaces what its lane holds (see OVERWRITE)
     #: Work units the task processes: granules of samples its step reads and concatenates
     #: into one batch (sized strategies); its gradient weighs ``size`` in the round's mean.
     size: int = 1
