@@ -23,6 +23,7 @@ from tensorflow.python.distribute import parameter_server_strategy_v2 as pssv2
 # The pure part (which policies and components a strategy uses) lives in config.py, shared
 # with the simulator; re-exported here, where it always was.
 from tf_hetero.cluster.reach import connect_timeout, wait_for_cluster
+from tf_hetero.placement import parse_active
 from tf_hetero.strategies.config import EngineConfig, batch_sizes
 from tf_hetero.telemetry import Monitor
 
@@ -153,8 +154,6 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
             ...                             # model built, fit running
             strategy.scale_ps(2)            # at the next round boundary, PS 1 takes load
         """
-        from tf_hetero.placement import parse_active
-
         who = f"{type(self).__name__}.scale_ps"
         placement = self._extended.placement  # pylint: disable=protected-access
         active = parse_active(active, placement.num_ps, who)

@@ -189,9 +189,8 @@ class Rebalancer:
         self.monitor = coordinator.monitor
         self.num_ps = int(self.strategy.extended._num_ps)  # pylint: disable=protected-access
         controller.bind(self.num_ps)
-        placement = getattr(self.strategy.extended, "placement", None)
-        if placement is not None:  # a scale_ps before this rebalancer: keep its PS set
-            controller.active = tuple(placement.active)
+        if self.placement is not None:  # a scale_ps before this rebalancer: keep its PS set
+            controller.active = tuple(self.placement.active)
         self.tasks = 0  # training tasks scheduled so far
         self.next_at = controller.window * self.engine.num_workers
         self._round_index = 0  # monitor.rounds consumed by the last decision
@@ -213,6 +212,11 @@ class Rebalancer:
         #: One dict per scaling carried out: active PS, moves, boundary wait and move
         #: seconds, and when (engine clock) the new placement took over.
         self.scalings: list[dict] = []
+
+    @property
+    def placement(self):
+        """The strategy's placement records (``strategies/runtime/placement.py``), or None."""
+        return getattr(self.strategy.extended, "placement", None)
 
     # -------------------------------------------------------------- schedule
     def before_task(self, fn, args, kwargs, entry):
@@ -305,7 +309,7 @@ class Rebalancer:
         t0 = time.monotonic()
         self._make(moves, units, "scale")
         self._move_untrained(active)
-        placement = getattr(self.strategy.extended, "placement", None)
+        placement = self.placement
         if placement is not None:
             placement.set_active(active)
             left = sorted({name for name, ps, _ in placement.placed
@@ -330,7 +334,7 @@ class Rebalancer:
         ``received``: created beside its first variable, they do not follow it)."""
         from tf_hetero.emulation.ps import ps_index
 
-        placement = getattr(self.strategy.extended, "placement", None)
+        placement = self.placement
         accumulators = self.coordinator.tracer.accumulators
         counters = [getattr(o, "iterations", None)
                     for o in dict.fromkeys(a.optimizer for a in accumulators)]
@@ -347,10 +351,8 @@ class Rebalancer:
             move_variable(counter, dst, self._pool)
             if placement is not None and (counter.name, src) in {
                     (n, q) for n, q, _ in placement.placed}:  # colocated ones are not
-                placement.move(counter.name, src, dst,
-                               int(counter.shape.num_elements() * counter.dtype.size), 1)
-            self.moves.append(("scale", counter.name, src, dst, time.monotonic() - t0))
-            self.move_times.append(self.engine.clock())
+                self._placed(counter, src, dst, 1)
+            self._record("scale", counter.name, src, dst, t0)
 
     def _load_since(self) -> dict:
         """What each emulated PS served since the last call (busy seconds, bytes, requests:
@@ -371,8 +373,19 @@ class Rebalancer:
         for move in moves:
             t0 = time.monotonic()
             self.move(units[move.unit][2], move.dst)
-            self.moves.append((label, move.unit, move.src, move.dst, time.monotonic() - t0))
-            self.move_times.append(self.engine.clock())
+            self._record(label, move.unit, move.src, move.dst, t0)
+
+    def _record(self, label, unit, src: int, dst: int, t0: float) -> None:
+        """One move made, started at ``t0`` (``time.monotonic``): in :attr:`moves` and
+        :attr:`move_times`."""
+        self.moves.append((label, unit, src, dst, time.monotonic() - t0))
+        self.move_times.append(self.engine.clock())
+
+    def _placed(self, variable, src: int, dst: int, requests: int) -> None:
+        """The placement's records follow a variable moved from PS ``src`` to ``dst``
+        (``requests`` per round: a trained variable is read and written, a counter read)."""
+        self.placement.move(variable.name, src, dst,
+                            int(variable.shape.num_elements() * variable.dtype.size), requests)
 
     def move(self, variable, dst: int) -> None:
         """Moves ``variable`` with its slots and accumulators to PS ``dst``; the placement's
@@ -384,11 +397,8 @@ class Rebalancer:
         src = ps_index(variable.device)
         for w in related_variables(variable, optimizers, tracer.accumulators):
             move_variable(w, dst, self._pool)
-        placement = getattr(self.strategy.extended, "placement", None)
-        if placement is not None and src is not None:
-            placement.move(variable.name, src, dst,
-                           int(variable.shape.num_elements() * variable.dtype.size),
-                           2 if variable.trainable else 1)
+        if self.placement is not None and src is not None:
+            self._placed(variable, src, dst, 2 if variable.trainable else 1)
 
     # ------------------------------------------------------------ checkpoints
     def placement_of(self, optimizer) -> list:
