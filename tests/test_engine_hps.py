@@ -184,6 +184,59 @@ def test_every_micro_batch_is_pushed_exactly_once_in_random_orders():
         assert applied == total, (seed, local)
 
 
+def _units_applied(d):
+    return sum(sum(lanes.values()) for _, lanes in d.applies)
+
+
+def _units_done(e):
+    return sum(t.size for r in e.rounds for t in r.tasks
+               if t.state in ("done", "folded") and not t.drain)
+
+
+def test_a_pipelined_buffer_that_dies_with_its_worker_is_counted_lost_not_applied():
+    e, d, m, _ = make_hps(2, 4, local="pipelined", times={0: 0.1, 1: 0.1})
+    for i in range(8):
+        e.submit(i)
+    finish_round(e, d, 0)  # each worker holds its 2 micro-batches in its buffer
+    in_buffer = [t for t in d.tasks_of_round(0) if t.pinned == 0]
+    applied_before = m.summary()["applied_tasks"]
+    e.worker_failed(0)
+    assert [str(t.state) for t in in_buffer] == ["dropped", "dropped"] and e.held[0] == 0
+    assert m.summary()["applied_tasks"] == applied_before - 2
+    for t in d.tasks_of_round(1):  # worker 0's share runs on worker 1, pushing what it adds
+        run(e, t, worker=1)
+    e.apply_finished(1, sum(d.applies[-1][1].values()))
+    e.flush()
+    finish_round(e, d, 2)  # the drain
+    e.apply_finished(2, sum(d.applies[-1][1].values()))
+    assert e.idle()
+    # Every micro-batch counted applied is in an apply, and only those.
+    assert _units_applied(d) == _units_done(e) == 6
+    assert m.summary()["applied_tasks"] == 6 + 4  # 4: the speeds make_hps records first
+
+
+def test_a_push_that_must_run_again_after_its_worker_died_loses_what_it_carried():
+    e, d, m, _ = make_hps(2, 4, local="pipelined", times={0: 0.1, 1: 0.1})
+    for i in range(8):
+        e.submit(i)
+    finish_round(e, d, 0)
+    carried = [t for t in d.tasks_of_round(0) if t.pinned == 0]
+    pusher = next(t for t in d.tasks_of_round(1) if t.pinned == 0 and t.push == PUSH_OLD)
+    e.task_started(pusher, 0)  # starts pushing worker 0's buffer, then worker 0 dies
+    assert pusher.pushed == 2 and all(str(t.state) == "done" for t in carried)
+    e.worker_failed(0)
+    run(e, pusher, worker=1)  # TF runs the closure again elsewhere
+    assert [str(t.state) for t in carried] == ["dropped", "dropped"]
+    for t in d.tasks_of_round(1):
+        if str(t.state) != "done":
+            run(e, t, worker=1)
+    e.apply_finished(1, sum(d.applies[-1][1].values()))
+    e.flush()
+    finish_round(e, d, 2)
+    e.apply_finished(2, sum(d.applies[-1][1].values()))
+    assert e.idle() and _units_applied(d) == _units_done(e) == 6
+
+
 def test_engine_rejects_an_unknown_local_mode():
     with pytest.raises(ValueError, match="local='fast'"):
         LocalAccumulation("fast")

@@ -421,6 +421,21 @@ class RoundEngine:
         if self.monitor:
             self.monitor.on_task(task, applied=False, staleness=0)
 
+    def lose(self, task: Task) -> None:
+        """A DONE task whose gradient will reach no apply after all (a component knows: a
+        pipelined buffer died with its worker) is DROPPED; the monitor's record of it, if its
+        round already closed and counted it applied, is corrected. Called by components under
+        the engine's lock."""
+        if task.state != S.DONE:
+            return
+        counted = task.round is not None and self.rounds[task.round].closed
+        task.state = S.DROPPED
+        if self.monitor:
+            if counted:
+                self.monitor.on_lost(task)
+            else:  # its round's close records only DONE tasks
+                self.monitor.on_task(task, applied=False, staleness=0)
+
     # ---------------------------------------------------------------- internals
     @contextlib.contextmanager
     def _reporting(self):

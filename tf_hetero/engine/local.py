@@ -11,6 +11,10 @@ A task that runs on another worker than planned (after a failure), or a pulled t
 knows which task is a worker's last), pushes everything it adds, so no gradient waits in a
 buffer nobody will push. The TF side is :mod:`tf_hetero.strategies.runtime.local_push`.
 
+A buffer lives in its worker's memory and dies with it: the tasks whose gradients it held
+(done, not yet pushed), or that a push was carrying when its task had to run again, are
+DROPPED (``RoundEngine.lose``), so the counts say what the applies really hold.
+
 >>> LocalAccumulation("strict").push_flags([0, 0, 1])
 [0, 2, 2]
 >>> LocalAccumulation("pipelined").push_flags([0, 0, 1])
@@ -33,7 +37,7 @@ class LocalAccumulation(Component):
     """Buffers on the workers, push flags per task, drain rounds (see the module docstring).
 
     ``held[w]`` counts the work units (micro-batches, or granules of a sized task) worker
-    ``w`` holds in its buffer, not yet pushed.
+    ``w`` holds in its buffer, not yet pushed; ``buffered[w]`` are the tasks they came from.
     """
 
     def __init__(self, mode: str = "strict"):
@@ -41,10 +45,15 @@ class LocalAccumulation(Component):
             raise ValueError(f"local={mode!r}: use 'strict' or 'pipelined'.")
         self.mode = mode
         self.held: dict[int, int] = {}
+        self.buffered: dict[int, list] = {}
+        #: A PUSH_OLD task that started: id -> the buffered tasks its push carries.
+        self._carrying: dict[int, list] = {}
 
     def attach(self, engine) -> None:
         super().attach(engine)
         self.held = {w: 0 for w in range(engine.num_workers)}
+        self.buffered = {w: [] for w in range(engine.num_workers)}
+        self._carrying = {}
 
     def push_flags(self, entries) -> list[int]:
         """Which of each worker's tasks in a plan push (``PUSH_ALL``/``PUSH_OLD``/0)."""
@@ -64,17 +73,25 @@ class LocalAccumulation(Component):
             task.push = push
 
     def on_task_started(self, task, worker) -> None:
+        # Started before and running again (its worker died): whatever its first push
+        # carried left with that worker's buffer (or is in a lane no apply will read).
+        for lost in self._carrying.pop(task.id, ()):
+            self.engine.lose(lost)
         if task.pinned != worker:
             task.push = PUSH_ALL  # moved off its planned worker: push all it adds
         if task.push == PUSH_OLD:  # pushes the buffer as it stands now
             task.pushed, self.held[worker] = self.held[worker], 0
+            self._carrying[task.id], self.buffered[worker] = self.buffered[worker], []
 
     def on_task_done(self, task, worker) -> None:
         """Its gradient is in the buffer, or pushed."""
+        self._carrying.pop(task.id, None)  # its push landed
         if task.push & PUSH_ALL:
             task.pushed, self.held[worker] = self.held[worker] + (0 if task.drain else task.size), 0
+            self.buffered[worker] = []
         elif not task.drain:
             self.held[worker] += task.size
+            self.buffered[worker].append(task)
 
     def round_lanes(self, rnd, copies):
         """Lanes carry what the round's pushes carried, not its own tasks."""
@@ -110,10 +127,14 @@ class LocalAccumulation(Component):
         return any(self._to_drain(b) for b in self.engine.books)
 
     def on_worker_failed(self, worker) -> None:
+        lost, self.buffered[worker] = self.buffered[worker], []
         if self.held[worker] and self.engine.monitor:  # its local buffer died with it
             self.engine.monitor.on_event("lost_local", worker=worker,
-                                         micro_batches=self.held[worker])
+                                         micro_batches=self.held[worker],
+                                         tasks=[t.id for t in lost])
         self.held[worker] = 0
+        for task in lost:
+            self.engine.lose(task)
 
     def _to_drain(self, book) -> list[int]:
         """Live workers of ``book`` whose pipelined buffer holds gradients no task will push."""

@@ -8,7 +8,8 @@ grouped sync: one book per group, applying to the same model asynchronously to e
 Task states and their transitions (:class:`TaskState`)::
 
     PENDING ──> DISPATCHED ──> RUNNING ──> DONE ──> (LATE, if its lane was still written)
-       │  ^          ^            │  └───> LATE ──> FOLDED | DROPPED
+       │  ^          ^            │  │        └──> (DROPPED, lost in a dead worker's buffer)
+       │  │          │            │  └───> LATE ──> FOLDED | DROPPED
        v  │          │            └──────> DROPPED (stale, lost to its twin, or round abandoned)
       QUEUED ────────┘ (pulled by a free allowed worker; back to PENDING if its round closed)
 
@@ -50,7 +51,7 @@ class TaskState(str, enum.Enum):
     DONE = "done"  # finished in time: its round applies it
     LATE = "late"  # finished after its round closed (or its lane was still being written)
     FOLDED = "folded"  # late, and folded into a later round's apply
-    DROPPED = "dropped"  # never applied
+    DROPPED = "dropped"  # never applied (also: done, but lost with its worker's buffer)
 
     __hash__ = str.__hash__  # equal to its value, so it must hash like it too
 

@@ -18,6 +18,7 @@ Policies with figures of their own add them with :meth:`Monitor.add_summary`.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 
@@ -73,6 +74,17 @@ class Monitor:
         """Engine hook: a :class:`~tf_hetero.engine.Task` finished (applied or dropped)."""
         self.record_task(task.worker, task.t_start, task.t_end, applied, staleness, task.round,
                          getattr(task, "size", 1))
+
+    def on_lost(self, task) -> None:
+        """Engine hook: ``task``, recorded applied, was not (its gradient died in a dead
+        worker's pipelined buffer before a push carried it): its record says so now."""
+        key = (task.worker, task.t_start, task.t_end, task.round)
+        with self._lock:
+            for i in range(len(self.tasks) - 1, -1, -1):  # it is among the newest
+                r = self.tasks[i]
+                if r.applied and (r.worker, r.start, r.end, r.round) == key:
+                    self.tasks[i] = dataclasses.replace(r, applied=False)
+                    return
 
     def on_round(self, rnd) -> None:
         """Engine hook: a :class:`~tf_hetero.engine.Round` was applied (or closed empty)."""
