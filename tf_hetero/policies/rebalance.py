@@ -64,6 +64,8 @@ import dataclasses
 import random
 from typing import Mapping, Sequence
 
+from tf_hetero.placement import parse_active  # the one check of an active set
+
 __all__ = ["Move", "RebalanceController", "make", "fit_rates"]
 
 
@@ -329,7 +331,6 @@ class RebalanceController:
         ...
         ValueError: scale_ps([2]): this cluster lists 2 PS tasks (TF_CONFIG "ps"), and TensorFlow cannot add a task to a running cluster. Fix: list every PS task you may scale to in TF_CONFIG, start with scale_ps(k) for k of them and scale up to 2 (docs/PSLD.md section 5).
         """
-        from tf_hetero.placement import parse_active  # the one check of an active set
 
         active = parse_active(list(active), self.num_ps)
         rates = self._measured_rates(busy_s, served_bytes, requests) or self.rates
