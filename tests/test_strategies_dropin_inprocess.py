@@ -23,7 +23,10 @@ pytestmark = pytest.mark.cluster
 
 N, B = 3, 8
 #: Bound on one custom-loop call in these tests: a hang fails the test instead of the suite.
-CALL_TIMEOUT_S = 60
+#: Not a timing check: late in the suite single in-process calls stall 30-190 s at random
+#: (docs/TF_INTERNALS.md, "Where the suite's time goes"); 60 s failed a fetch that takes ~3 s
+#: alone.
+CALL_TIMEOUT_S = 300
 
 STRATEGIES = {
     "bsp": lambda t, r: t.BSPStrategy(r),
