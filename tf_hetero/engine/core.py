@@ -544,16 +544,15 @@ class RoundEngine:
         # A worker whose lane in the next round's slot holds a late gradient still to fold
         # (or a late task still writing it) sits the round out: its task would overwrite it.
         slot = book.opened % 2
-        live = [w for w in self.book_live(book)
-                if not any(c.blocks(w, slot) for c in self.components)]
+        held = [w for w in self.book_live(book) if self._lane_held(w, slot)]
+        live = [w for w in self.book_live(book) if w not in held]
         if not live:
-            if self._pending and not book.busy:
+            if held and not book.busy:
                 # Every live worker's lane is held (e.g. the others are dead): apply what is
                 # held now, in a round of its own, instead of waiting for a worker that may
                 # never come back.
                 for c in self.components:
-                    if any(c.blocks(w, slot) for w in self.book_live(book)) and \
-                            c.end_of_epoch(book):
+                    if any(c.blocks(w, slot) for w in held) and c.end_of_epoch(book):
                         return
             return
         ctx = RoundContext(book.opened, tuple(w for w in live if not self.busy(w)),
@@ -607,13 +606,17 @@ class RoundEngine:
             for w in self.book_live(book):
                 if not rnd.pull:
                     break
-                if self.busy(w) or any(c.blocks(w, rnd.slot) for c in self.components):
+                if self.busy(w) or self._lane_held(w, rnd.slot):
                     continue  # busy, or its lane in this slot holds work to keep
                 for i, (task, allowed) in enumerate(rnd.pull):
                     if w in allowed:
                         del rnd.pull[i]
                         self.dispatch(task, w, rnd.id)
                         break
+
+    def _lane_held(self, worker: int, slot: int) -> bool:
+        """A component keeps ``worker``'s lane in ``slot`` (e.g. a late gradient to fold)."""
+        return any(c.blocks(worker, slot) for c in self.components)
 
     def _foreign_lane(self, task: Task, worker: int) -> None:
         """``task`` (of an open round) starts on ``worker``, outside its round's book: TF
