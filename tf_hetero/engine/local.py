@@ -24,6 +24,7 @@ DROPPED (``RoundEngine.lose``), so the counts say what the applies really hold.
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 
 from tf_hetero.engine.api import Component, Pulled
 from tf_hetero.engine.state import PUSH_ALL, PUSH_OLD, RoundKind
@@ -36,23 +37,23 @@ MODES = ("strict", "pipelined")
 class LocalAccumulation(Component):
     """Buffers on the workers, push flags per task, drain rounds (see the module docstring).
 
-    ``held[w]`` counts the work units (micro-batches, or granules of a sized task) worker
-    ``w`` holds in its buffer, not yet pushed; ``buffered[w]`` are the tasks they came from.
+    ``buffered[w]`` are the tasks whose gradients worker ``w`` holds in its buffer, not yet
+    pushed; ``held[w]`` counts their work units (micro-batches, or granules of a sized task).
     """
 
     def __init__(self, mode: str = "strict"):
         if mode not in MODES:
             raise ValueError(f"local={mode!r}: use 'strict' or 'pipelined'.")
         self.mode = mode
-        self.held: dict[int, int] = {}
         self.buffered: dict[int, list] = {}
+        self.held = _Units(self.buffered)
         #: A PUSH_OLD task that started: id -> the buffered tasks its push carries.
         self._carrying: dict[int, list] = {}
 
     def attach(self, engine) -> None:
         super().attach(engine)
-        self.held = {w: 0 for w in range(engine.num_workers)}
         self.buffered = {w: [] for w in range(engine.num_workers)}
+        self.held = _Units(self.buffered)
         self._carrying = {}
 
     def push_flags(self, entries) -> list[int]:
@@ -80,17 +81,16 @@ class LocalAccumulation(Component):
         if task.pinned != worker:
             task.push = PUSH_ALL  # moved off its planned worker: push all it adds
         if task.push == PUSH_OLD:  # pushes the buffer as it stands now
-            task.pushed, self.held[worker] = self.held[worker], 0
+            task.pushed = self.held[worker]
             self._carrying[task.id], self.buffered[worker] = self.buffered[worker], []
 
     def on_task_done(self, task, worker) -> None:
         """Its gradient is in the buffer, or pushed."""
         self._carrying.pop(task.id, None)  # its push landed
         if task.push & PUSH_ALL:
-            task.pushed, self.held[worker] = self.held[worker] + (0 if task.drain else task.size), 0
+            task.pushed = self.held[worker] + (0 if task.drain else task.size)
             self.buffered[worker] = []
         elif not task.drain:
-            self.held[worker] += task.size
             self.buffered[worker].append(task)
 
     def round_lanes(self, rnd, copies):
@@ -127,12 +127,11 @@ class LocalAccumulation(Component):
         return any(self._to_drain(b) for b in self.engine.books)
 
     def on_worker_failed(self, worker) -> None:
-        lost, self.buffered[worker] = self.buffered[worker], []
-        if self.held[worker] and self.engine.monitor:  # its local buffer died with it
-            self.engine.monitor.on_event("lost_local", worker=worker,
-                                         micro_batches=self.held[worker],
+        units, lost = self.held[worker], self.buffered[worker]
+        self.buffered[worker] = []
+        if units and self.engine.monitor:  # its local buffer died with it
+            self.engine.monitor.on_event("lost_local", worker=worker, micro_batches=units,
                                          tasks=[t.id for t in lost])
-        self.held[worker] = 0
         for task in lost:
             self.engine.lose(task)
 
@@ -145,3 +144,23 @@ class LocalAccumulation(Component):
 
     def __repr__(self):
         return f"LocalAccumulation({self.mode!r})"
+
+
+class _Units(Mapping):
+    """``held``: worker -> work units in its buffer, read from the buffered tasks themselves
+    (so the two cannot disagree)."""
+
+    def __init__(self, buffered: dict):
+        self._buffered = buffered
+
+    def __getitem__(self, worker: int) -> int:
+        return sum(t.size for t in self._buffered[worker])
+
+    def __iter__(self):
+        return iter(self._buffered)
+
+    def __len__(self) -> int:
+        return len(self._buffered)
+
+    def __repr__(self):
+        return repr(dict(self))
