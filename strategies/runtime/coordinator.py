@@ -58,6 +58,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.tracer = StepTracer(self)
         self.applier = ChiefApplier(self)
         self.dispatcher = ClosureDispatcher(self, self.tracer)
+        self.errors_reached_user = 0  # a closure started before the last one is a stale echo
         self.losses = LossWatch(self)  # asynchronous steps: a diverging loss stops the fit
         # Deadlines and task transfer need time to pass: a ticker runs while the engine has
         # work (started by schedule, ends once idle).
@@ -197,6 +198,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         queued), so the next ``fit`` on this strategy starts clean."""
         if self.engine is not None:
             self.engine.clear_error()
+        self.errors_reached_user += 1  # before the queue's error is cleared: workers.py
         queue = self._cluster.closure_queue
         with queue._queue_lock:  # pylint: disable=protected-access
             if queue._error is not None:  # pylint: disable=protected-access

@@ -32,8 +32,37 @@ def instrument(coordinator) -> None:
     """Installs the hooks on every worker of ``coordinator``."""
     attempt = threading.local()
     versions = _AsyncVersions()
+    _drop_stale_failures(coordinator, attempt)
     for worker in coordinator._cluster.workers:  # pylint: disable=protected-access
         _instrument(coordinator, worker, attempt, versions)
+
+
+def _drop_stale_failures(coordinator, attempt) -> None:
+    """A closure of a fit whose error already reached the user may still fail afterwards
+    (the other workers' closures of that fit were running when the first one failed). TF's
+    ``mark_failed`` would make that echo the queue's error, and the *next* fit would raise it
+    at its first ``schedule``. The wrapped ``mark_failed`` counts such a closure out without
+    keeping its error (stock TF keeps it: its next ``fit`` can fail with the last one's error).
+    It reads ``coordinator.errors_reached_user`` under the queue's lock, and the coordinator
+    clears the queue's error after counting, so either the echo is dropped here or it is set
+    before, and then cleared with the error the user got."""
+    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+
+    def mark_failed(e):  # TF's body, with the check inside the same lock
+        attempt.error = e
+        with queue._queue_lock:  # pylint: disable=protected-access
+            if queue._inflight_closure_count < 1:  # pylint: disable=protected-access
+                raise AssertionError("There is no inflight closures to mark_failed.")
+            seen = getattr(attempt, "errors_seen", None)
+            stale = seen is not None and seen != coordinator.errors_reached_user
+            if not stale and queue._error is None:  # pylint: disable=protected-access
+                queue._error = e  # pylint: disable=protected-access
+            queue.inflight_closure_count -= 1
+            if queue._inflight_closure_count == 0:  # pylint: disable=protected-access
+                queue._no_inflight_closure_condition.notify_all()  # pylint: disable=protected-access
+            queue._stop_waiting_condition.notify_all()  # pylint: disable=protected-access
+
+    queue.mark_failed = mark_failed
 
 
 def _instrument(coordinator, worker, attempt, versions):
@@ -54,6 +83,7 @@ def _instrument(coordinator, worker, attempt, versions):
         closure.tag = None
         start = time.perf_counter()
         generation = engine.generation if engine is not None else 0
+        attempt.errors_seen, attempt.error = coordinator.errors_reached_user, None
         if task is not None:
             fresh = engine.task_started(task, w)
             if task.round is not None:  # its round, slot, lane and push flags are final now
@@ -69,7 +99,7 @@ def _instrument(coordinator, worker, attempt, versions):
         end = time.perf_counter()
         if attempt.failed:
             return  # the closure went back to the queue; another worker runs it
-        error = queue._error  # pylint: disable=protected-access
+        error = attempt.error or queue._error  # pylint: disable=protected-access
         if error is not None and engine is not None:
             engine.fail(translate(error), since=generation)  # stale if the user got it
             return
