@@ -544,10 +544,11 @@ class RoundEngine:
         # A worker whose lane in the next round's slot holds a late gradient still to fold
         # (or a late task still writing it) sits the round out: its task would overwrite it.
         slot = book.opened % 2
-        held = [w for w in self.book_live(book) if self._lane_held(w, slot)]
-        live = [w for w in self.book_live(book) if w not in held]
+        held, live = [], []
+        for w in self.book_live(book):
+            (held if self._lane_held(w, slot) else live).append(w)
         if not live:
-            if held and not book.busy:
+            if self._pending and not book.busy:
                 # Every live worker's lane is held (e.g. the others are dead): apply what is
                 # held now, in a round of its own, instead of waiting for a worker that may
                 # never come back.
