@@ -164,13 +164,26 @@ def backup(workers: int, backups: int = 1, stall_timeout_s: float = 600.0) -> En
                         stall_timeout_s=stall_timeout_s)
 
 
-def ssp(workers: int | None = None, staleness: int = 3,
-        stall_timeout_s: float = 600.0) -> EngineConfig:
-    """Async, but no worker more than ``staleness`` tasks ahead of the slowest."""
+def ssp(workers: int, staleness: int = 3, stall_timeout_s: float = 600.0) -> EngineConfig:
+    """Async, but no worker more than ``staleness`` tasks ahead of the slowest.
+
+    Each task is a one-task round of its worker's own book, applied by the chief as DynSGD's
+    are (with the update unscaled), so a task TF re-runs after a worker failure overwrites
+    its planned lane instead of applying its gradient twice: every task is applied exactly
+    once (a step applied on its worker, as stock TF does, cannot tell that its update
+    already landed). The gate keeps a worker's book from opening a round while the worker is
+    more than ``staleness`` finished tasks ahead of the slowest live worker.
+
+    >>> c = ssp(3, staleness=2)
+    >>> c.name, c.gate, c.grouping, c.update_scale.scale(group_size=1, num_workers=3, staleness=4)
+    ('ssp2', StalenessBound(2), FixedGroups([[0], [1], [2]]), 1.0)
+    """
     if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 0:
         raise ValueError(f"SSPStrategy(staleness={staleness!r}): need an integer >= 0.")
-    return EngineConfig(f"ssp{staleness}", policies.Async(), policies.OnePerWorker(),
-                        policies.StalenessBound(staleness), stall_timeout_s=stall_timeout_s)
+    return dataclasses.replace(
+        grouped(workers, groups=[[w] for w in range(workers)], lr_rule="none",
+                staleness="none", stall_timeout_s=stall_timeout_s),
+        name=f"ssp{staleness}", gate=policies.StalenessBound(staleness))
 
 
 def check_epsp_modes(sync: str, late: str) -> None:

@@ -7,7 +7,8 @@
 - :class:`BackupWorkerStrategy` (``backups=b``) -- a round applies the first N-b tasks in and
   drops the rest (Chen et al. 2016, "Revisiting distributed synchronous SGD").
 - :class:`SSPStrategy` (``staleness=s``) -- asynchronous, but no worker gets more than ``s``
-  tasks ahead of the slowest live worker (Ho et al. 2013).
+  tasks ahead of the slowest live worker (Ho et al. 2013). Each task is applied by the chief,
+  exactly once even when TF re-runs it after a worker failure.
 
 In the synchronous strategies one ``model.fit`` step is one micro-batch; a round of N tasks
 applies one update, so ``optimizer.iterations`` counts rounds and the global batch of a round
@@ -74,8 +75,9 @@ class SSPStrategy(HeteroStrategy):
                  stall_timeout_s: float = 600.0,
                  placement="round_robin", connect_timeout_s: float | None = None,
                  rebalance=None):
+        workers = num_workers(cluster_resolver, "SSPStrategy")
         super().__init__(cluster_resolver, variable_partitioner, placement=placement,
                          connect_timeout_s=connect_timeout_s, rebalance=rebalance,
-                         config=configs.ssp(staleness=staleness,
+                         config=configs.ssp(workers, staleness=staleness,
                                             stall_timeout_s=stall_timeout_s))
         self.staleness = staleness

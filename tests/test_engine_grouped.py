@@ -226,3 +226,63 @@ def test_a_task_rerun_inside_its_group_adds_to_the_runners_lane():
         e.task_started(t, 1)
         e.task_finished(t, 1)
     assert d.applies[0] == (mine.round, {1: 2})  # same round, same slot: the lane adds up
+
+
+# ------------------------------------------------------------- SSP over one book per worker
+def ssp_engine(num_workers, staleness):
+    """The engine as :class:`~tf_hetero.strategies.presets.SSPStrategy` builds it."""
+    from tf_hetero.strategies import config as configs
+
+    c = configs.ssp(num_workers, staleness=staleness)
+    clock, d = FakeClock(), FakeDispatcher()
+    e = RoundEngine(num_workers, c.sync, c.assign, d, gate=c.gate,
+                    monitor=Monitor(num_workers, clock=clock), clock=clock,
+                    components=c.components, grouping=c.grouping, update_scale=c.update_scale)
+    return e, d
+
+
+def test_ssp_a_worker_more_than_s_tasks_ahead_opens_no_round_until_the_slowest_catches_up():
+    e, d = ssp_engine(2, staleness=1)
+    tasks = [e.submit(i) for i in range(8)]
+    slow = next(t for t in tasks if t.pinned == 1)
+    e.task_started(slow, 1)
+    for expected in (1, 2):
+        fast = [t for t, w, _ in d.dispatched if w == 0][-1]
+        run(e, fast)
+        e.apply_finished(fast.round, 1)
+        assert e.visible[0] == expected
+    n = len(d.dispatched)
+    assert e.visible == {0: 2, 1: 0} and len(d.dispatched) == n  # 2 > 0 + 1: worker 0 waits
+    e.task_finished(slow, 1)  # the slowest finished, but its update has not landed yet
+    assert len(d.dispatched) == n
+    e.apply_finished(slow.round, 1)  # now it has: both may start again
+    assert sorted(w for _, w, _ in d.dispatched[n:]) == [0, 1]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ssp_random_schedules_keep_the_bound_and_apply_every_task_once(seed):
+    e, d = ssp_engine(3, staleness=1)
+    ahead = []
+
+    def check(task, worker):  # a task starts: how far its worker is ahead of the slowest
+        ahead.append(e.visible[worker] - min(e.visible.values()))
+
+    tasks = play(e, d, 60, random.Random(seed), on_start=check)
+    assert max(ahead) <= 1
+    assert sum(n for _, lanes in d.applies for n in lanes.values()) == len(tasks) == 60
+    assert all(len(lanes) == 1 for _, lanes in d.applies)  # one task per update, unscaled
+    assert {r.scale for r in e.rounds} == {1.0}
+
+
+def test_ssp_task_rerun_after_its_worker_died_overwrites_its_lane_instead_of_applying_twice():
+    """Stock PSS and the old worker-side SSP apply a closure's update where it runs, so a
+    closure TF re-runs after its worker died once its update landed applies it twice (chaos
+    runs: 392 updates for 390 tasks). Through its book's lane, the re-run overwrites."""
+    e, d = ssp_engine(3, staleness=3)
+    tasks = [e.submit(i) for i in range(3)]
+    mine = next(t for t in tasks if t.pinned == 0)
+    e.task_started(mine, 0)  # its gradient reaches lane 0, then worker 0 dies
+    e.worker_failed(0)
+    assert e.task_started(mine, 1) is True and mine.lane_id == 0 and mine.overwrite
+    e.task_finished(mine, 1)
+    assert [lanes for r, lanes in d.applies if r == mine.round] == [{0: 1}]

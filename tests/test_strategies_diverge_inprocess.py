@@ -29,8 +29,9 @@ def _fit(strategy, lr, steps=60):
     return model
 
 
-#: Round strategies check each round's mean gradient; asynchronous ones each step's loss.
-ASYNC = ("asp", "ssp")
+#: Round strategies check each round's mean gradient; ASP (steps that apply on their own)
+#: each step's loss. SSP's steps are one-task rounds applied by the chief.
+ASYNC = ("asp",)
 
 
 def _names():

@@ -97,7 +97,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             source = (fn, args, kwargs)
         closure = self.dispatcher.task_closure(source)
         remote_value = closure.build_output_remote_value()
-        if not self.engine.rounds_mode:  # SSP: each step applied on its worker
+        if not self.engine.rounds_mode:  # async under a gate: each step applied on its worker
             self.losses.keep(closure, remote_value)
         self._make_fetch_start_rounds(remote_value)
         try:

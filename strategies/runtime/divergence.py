@@ -1,4 +1,5 @@
-"""The loss check of the asynchronous strategies (ASP, SSP): a diverging fit stops.
+"""The loss check of steps that apply on their own (ASP; an ``EngineConfig`` with async sync
+and a gate): a diverging fit stops.
 
 Round strategies check each round's mean gradient in its apply (the engine's
 :class:`~tf_hetero.policies.diverge.DivergenceGuard`). Asynchronous steps update the
@@ -13,7 +14,7 @@ returns (``model.fit``'s logs, or a custom step's scalar result):
   and hands it to a :class:`~tf_hetero.policies.diverge.LossGuard` at the worker's next step
   or at ``join`` (:meth:`LossWatch.flush`). A NaN/Inf or exploding
   loss fails the fit with a :class:`~tf_hetero.policies.diverge.DivergenceError`: through the
-  engine (SSP), or as the closure queue's error (ASP), which ``fit``'s next ``schedule`` or
+  engine (async under a gate), or as the closure queue's error (ASP), which ``fit``'s next ``schedule`` or
   ``join`` raises as TF raises a worker's error.
 """
 

@@ -1,4 +1,5 @@
-"""Gates (async mode): may an idle worker start another task? (:class:`~tf_hetero.engine.api.Gate`)
+"""Gates: may an idle worker start another task? (:class:`~tf_hetero.engine.api.Gate`; asked per
+task in async mode, and before a book plans a round: SSP over one book per worker)
 
 >>> StalenessBound(2).may_start(0, {0: 5, 1: 3}), StalenessBound(2).may_start(0, {0: 6, 1: 3})
 (True, False)
