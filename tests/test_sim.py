@@ -55,6 +55,11 @@ KNOWN_MISSES = {
     ("hpspipe", "classes"): "measured 420 samples/s, simulated 491 (+17.0%): the H-PS buffer "
                             "path's push cost, fitted on one_slow, is too low on classes "
                             "(hpsint +14.0%, hpsfp +11.6% there too)",
+    ("ssp", "midrun"): "measured 661 samples/s, simulated 794 (+20.1%): SSP applies on the "
+                       "chief since 2026-11-26, its rows were measured again that day, the "
+                       "others are from 2026-11-23; in the same run pss read 4.7% and dynsgd "
+                       "8.8% below their stored rows, and SSP's gated workers wait for the "
+                       "slowest one's apply, which the cost model charges less than measured",
 }
 
 
@@ -209,7 +214,9 @@ def test_async_steps_read_the_model_before_their_peers_updates():
 
 
 def test_statistical_model_learns_digits_and_suffers_from_pipelined_staleness():
-    cfg = small_cfg(tasks=200, steps_per_epoch=100)
+    # 400 micro-batches: since async steps apply at their end (as the emulation does), stock
+    # PSS's staleness is ~N-1 and it needs more than 200 to pass 0.8 (0.78 at 200).
+    cfg = small_cfg(tasks=400, steps_per_epoch=100)
     final = {}
     for spec in ("pss", "bsp", "epspslack", "hps", "hpspipe"):
         r = simulate_run(spec, cfg, costs_module.load(), learn=True)

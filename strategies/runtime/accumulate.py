@@ -76,6 +76,7 @@ import threading
 
 import tensorflow as tf
 
+from tf_hetero.emulation.device import DEFERS_UPDATE
 from tf_hetero.engine import OVERWRITE
 
 __all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "decode_code",
@@ -170,6 +171,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
         with tf.control_dependencies([acc.accumulate(grads_and_vars, code)]):
             return tf.identity(iterations)  # no increment: iterations counts rounds
 
+    setattr(apply_gradients, DEFERS_UPDATE, True)  # its round applies: no emulated wait
     with patch_lock:
         classes = optimizer_classes()
         originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}

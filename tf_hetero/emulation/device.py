@@ -4,8 +4,12 @@
 lasts at least ``profile.base_ms * slowdown(worker, task)`` milliseconds:
 
 1. a timestamp is taken when the step starts;
-2. the real step runs (forward, backward, optimizer update on the PS tasks);
-3. the step then sleeps for whatever is left of its emulated device time.
+2. the real step runs (forward, backward);
+3. the step sleeps for whatever is left of its emulated device time *before* an optimizer
+   update it applies itself (stock PSS, ASP): on a real device the compute is the device
+   time, so the update lands at the end of the step, and a step's staleness counts the
+   updates of every step that overlapped it. A step whose update a round applies (it writes
+   accumulators or buffers) sleeps at its end instead: its round applies after it anyway.
 
 The sleep is an op *inside* the worker's step function (a one-element ``SleepDataset`` built
 and drained in the step), so input prefetching cannot hide it, and a sleeping worker burns no
@@ -47,19 +51,19 @@ __all__ = ["emulate", "EmulatedDevice", "sleep_op", "finish_compute", "keep_grad
 _trace = threading.local()  # the emulated step being traced: (start, budget_us, sleeps, flags)
 
 
-def finish_compute(after) -> "tf.Tensor | None":
+def finish_compute(after, extra_us=0) -> "tf.Tensor | None":
     """In a step traced under :func:`emulate`: sleeps what is left of the step's emulated
-    device time once ``after`` (tensors) is computed, and returns that sleep (``None``
-    outside an emulated step). Work that must follow the emulated compute, such as a push
-    over an emulated link, depends on it; the step's own closing sleep then finds its time
-    spent."""
+    device time (plus ``extra_us``) once ``after`` (tensors) is computed, and returns that
+    sleep (``None`` outside an emulated step). Work that must follow the emulated compute,
+    such as a push over an emulated link, depends on it; the step's own closing sleep then
+    finds its time spent."""
     step = getattr(_trace, "step", None)
     if step is None:
         return None
     start, budget_us, sleeps, _ = step
     with tf.control_dependencies(list(after)):
         elapsed_us = tf.cast((tf.timestamp() - start) * 1e6, tf.int64)
-        slept = sleep_op(tf.maximum(budget_us - elapsed_us, 0))
+        slept = sleep_op(tf.maximum(budget_us + extra_us - elapsed_us, 0))
     sleeps.append(slept)
     return slept
 
@@ -108,6 +112,12 @@ class EmulatedDevice:
         # One counter per worker: the worker's own task index t.
         self.task_counter = tf.Variable(
             tf.constant(0, tf.int64), trainable=False, name="tf_hetero_task_counter",
+            per_worker_variable=True, aggregation=tf.VariableAggregation.NONE)
+        # How long the worker's last own optimizer update took (us): the next step's update
+        # starts that much before the end of its device time, so that it lands at the end
+        # and the step still lasts its device time (_update_after_compute).
+        self.update_us = tf.Variable(
+            tf.constant(0, tf.int64), trainable=False, name="tf_hetero_update_us",
             per_worker_variable=True, aggregation=tf.VariableAggregation.NONE)
 
     def device_microseconds(self) -> tf.Tensor:
@@ -167,8 +177,11 @@ class EmulatedDevice:
             if self.emulated_link and model is not None:
                 budget_us += self.link_microseconds(_bytes(model.variables))
             sleeps = []  # made by finish_compute() while step_fn is traced
-            flags = {"local": False}  # set by keep_gradient_local() while step_fn is traced
-            with _tracing(start, budget_us, sleeps, flags):
+            # local: set by keep_gradient_local(); pushed: the step's own update waited for
+            # its push (_update_after_compute), so the closing push below is not charged again
+            flags = {"local": False, "pushed": False}
+            with _tracing(start, budget_us, sleeps, flags), \
+                    _update_after_compute(self, model, flags):
                 logs = step_fn(data)
             if self.emulated_link and model is not None and not flags["local"]:
                 budget_us += self.link_microseconds(_bytes(model.trainable_variables))
@@ -180,7 +193,7 @@ class EmulatedDevice:
                 elapsed_us = tf.cast((tf.timestamp() - start) * 1e6, tf.int64)
                 slept = sleep_op(tf.maximum(budget_us - elapsed_us, 0))
             pushed = []
-            if servers is not None and not flags["local"]:
+            if servers is not None and not flags["local"] and not flags["pushed"]:
                 from tf_hetero.emulation.ps import bytes_per_ps
 
                 servers.push_bytes = bytes_per_ps(model.trainable_variables, servers.num_ps)
@@ -189,6 +202,91 @@ class EmulatedDevice:
                 return tf.nest.map_structure(tf.identity, logs)
 
         return emulated_step
+
+
+#: Marks an ``apply_gradients`` that does not update the variables (a round strategy's step
+#: writes accumulators; its round applies later): the emulation leaves its timing alone.
+DEFERS_UPDATE = "_tf_hetero_defers_update"
+
+
+@contextlib.contextmanager
+def _update_after_compute(device, model, flags):
+    """While a step is traced: an optimizer update the step applies itself waits for the
+    step's emulated device time (and, over an emulated link, its push; with emulated PS
+    tasks, their service of the push), so it lands at the end of the step as on a device
+    whose compute is the device time. It starts twice as long before that end as the
+    worker's previous update took (``EmulatedDevice.update_us``), so the step still lasts its
+    device time, as before, and task-time ratios stay the profile's. Shadows ``apply_gradients`` on the optimizer instance
+    (not the class: a trace may run in a replica thread of its own, and other models'
+    steps must not see it). Before 2026-11-26 the update ran before the sleep, within the
+    step's first ~10-30 ms of real work: asynchronous steps (stock PSS, ASP) then saw
+    almost none of the other workers' updates as staleness (docs/MEASUREMENT.md)."""
+    optimizer = getattr(model, "optimizer", None) if model is not None else None
+    if optimizer is None or not callable(getattr(type(optimizer), "apply_gradients", None)) \
+            or "apply_gradients" in vars(optimizer):
+        yield
+        return
+
+    def apply_gradients(grads_and_vars, *args, **kwargs):
+        method = type(optimizer).apply_gradients
+        grads_and_vars = list(grads_and_vars)
+        grads = [g for g, _ in grads_and_vars if g is not None]
+        if getattr(method, DEFERS_UPDATE, False) or not grads:
+            return method(optimizer, grads_and_vars, *args, **kwargs)
+        push_us = 0
+        if device.emulated_link:
+            push_us = device.link_microseconds(_bytes([v for g, v in grads_and_vars
+                                                       if g is not None]))
+        # Twice the last update's time: an update that runs longer than the last one would
+        # stretch the step past its device time (a bias: steps only ever get longer), one
+        # that starts early is padded by the closing sleep. So it lands within about one
+        # update's time (a few ms) of the end of the device time.
+        lead_us = 2 * device.update_us.read_value()
+        slept = finish_compute(tf.nest.flatten(grads, expand_composites=True),
+                               push_us - lead_us)
+        if slept is None:
+            return method(optimizer, grads_and_vars, *args, **kwargs)
+        ready = [slept]
+        servers = device.servers
+        if servers is not None:
+            from tf_hetero.emulation.ps import bytes_per_ps
+
+            servers.push_bytes = bytes_per_ps(model.trainable_variables, servers.num_ps)
+            ready += servers.serve_all(servers.push_bytes, after=[slept])
+            flags["pushed"] = True
+        with tf.control_dependencies(ready):
+            began = tf.timestamp()
+            grads_and_vars = [
+                (g if g is None else tf.nest.map_structure(tf.identity, g,
+                                                           expand_composites=True), v)
+                for g, v in grads_and_vars]
+        graph = tf.compat.v1.get_default_graph()
+        before = len(graph.get_operations())
+        result = method(optimizer, grads_and_vars, *args, **kwargs)
+        # Timed to the end of the update's writes (the result, e.g. `iterations`, may be
+        # read before them: different resources are not ordered).
+        writes = [op for op in graph.get_operations()[before:] if _writes_state(op)]
+        with tf.control_dependencies(writes + tf.nest.flatten(result) + [began]):
+            took = tf.cast((tf.timestamp() - began) * 1e6, tf.int64)
+            # The step's closing sleep waits for this (it is listed with the step's sleeps).
+            _trace.step[2].append(device.update_us.assign(tf.maximum(took, 0)))
+        return result
+
+    optimizer.apply_gradients = apply_gradients  # the instance's attribute hides the class's
+    try:
+        yield
+    finally:
+        try:
+            del optimizer.apply_gradients
+        except AttributeError:
+            pass
+
+
+def _writes_state(op) -> bool:
+    """Does ``op`` write a variable (or call a function that may)?"""
+    return (op.type in ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+            or op.type.startswith(("ResourceApply", "ResourceSparseApply", "ResourceScatter"))
+            or op.type in ("StatefulPartitionedCall", "PartitionedCall"))
 
 
 def keep_gradient_local() -> None:

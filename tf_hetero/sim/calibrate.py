@@ -19,8 +19,7 @@ validation compares (docs/SIMULATOR.md):
 - ``param_bytes``, ``wire_factor``: the gradient bytes, and the measured bytes to the PS
   over them (pss row).
 
-``ps_s_per_byte`` and ``step_compute_s`` are not identifiable from such a run; they keep
-their values (``CostModel`` documents them).
+``ps_s_per_byte`` is not identifiable from such a run; it keeps its value (``CostModel`` documents it).
 
 >>> fit({"config": {"workers": 4}, "results": []})
 Traceback (most recent call last):

@@ -12,8 +12,8 @@ its ``t``-th step there, lasts::
     + first_task_s                                      (a worker's first step: tracing)
     + a random delay drawn from jitter_quantiles_s      (what a real step varies by)
 
-An async step applies its gradient ``step_compute_s`` after it starts (the emulation
-sleeps out its device time after the step's work), which sets its staleness. Every closure
+An async step applies its gradient at its end, as the emulation does (it sleeps out the
+device time before the step's own update), which sets its staleness. Every closure
 (steps, applies, drains) is first launched by the chief, one at a time,
 ``dispatch_s`` each (one Python coordinator). A round's apply lasts ``apply_s`` plus the PS
 reading every lane it averages (``lanes x param_bytes / num_ps x ps_s_per_byte``), plus
@@ -59,10 +59,6 @@ class CostModel:
     first_task_s: float = 0.4
     apply_s: float = 0.017
     first_apply_s: float = 0.35
-    #: A step's real work before its emulated device time is slept out: the emulation
-    #: sleeps at the end of the step, so an async step applies its gradient this long
-    #: after it starts (statistical model only).
-    step_compute_s: float = 0.010
     #: How much a step's time varies around its median: quantiles (0%, 5%, ..., 100%) of
     #: the measured excess minus its median; a step adds a seeded draw from them (what a
     #: round's barrier waits for, and what EPSP's projection may take for a straggler).

@@ -135,9 +135,8 @@ class SimDispatcher:
         duration = self._step_s(worker, task)
         if self.learner is not None and c.fresh and not task.drain:
             c.params = self.learner.params  # what the step reads as it starts
-            if task.round is None:  # applied once its work is done, before the sleep
-                self.loop.at(now + min(self.costs.step_compute_s, duration),
-                             self._apply_async, worker, c)
+            if task.round is None:  # applied at the step's end (before _end, same time)
+                self.loop.at(now + duration, self._apply_async, worker, c)
             elif task.push & PUSH_OLD:
                 self._push(worker, task)  # the previous round's buffer, during the compute
         self.loop.at(now + duration, self._end, worker, c)
