@@ -286,3 +286,25 @@ def test_ssp_task_rerun_after_its_worker_died_overwrites_its_lane_instead_of_app
     assert e.task_started(mine, 1) is True and mine.lane_id == 0 and mine.overwrite
     e.task_finished(mine, 1)
     assert [lanes for r, lanes in d.applies if r == mine.round] == [{0: 1}]
+
+
+def test_ssp_a_restarted_worker_rejoins_at_the_slowest_count_and_holds_no_one_back():
+    e, d = ssp_engine(3, staleness=1)
+    e.worker_failed(2)
+    tasks = [e.submit(i) for i in range(40)]
+    for _ in range(10):  # workers 0 and 1 train on while worker 2 is down
+        for w in (0, 1):
+            t = next(t for t, on, _ in d.dispatched if on == w and t.state == "dispatched")
+            run(e, t)
+            e.apply_finished(t.round, 1)
+    assert e.visible == {0: 10, 1: 10, 2: 0}
+    n = len(d.dispatched)
+    e.worker_recovered(2)
+    assert e.visible[2] == 10
+    assert sorted(w for _, w, _ in d.dispatched[n:]) == [2]  # 0 and 1 already hold a task
+    for w in (0, 1):  # and they go on: nobody waits for worker 2 to redo 10 tasks
+        t = next(t for t, on, _ in d.dispatched if on == w and t.state == "dispatched")
+        run(e, t)
+        e.apply_finished(t.round, 1)
+    assert sorted(w for _, w, _ in d.dispatched[n:]) == [0, 1, 2]
+    assert len(tasks) == 40

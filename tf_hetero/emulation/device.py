@@ -114,7 +114,7 @@ class EmulatedDevice:
             tf.constant(0, tf.int64), trainable=False, name="tf_hetero_task_counter",
             per_worker_variable=True, aggregation=tf.VariableAggregation.NONE)
         # How long the worker's last own optimizer update took (us): the next step's update
-        # starts that much before the end of its device time, so that it lands at the end
+        # starts twice that before the end of its device time, so that it lands near the end
         # and the step still lasts its device time (_update_after_compute).
         self.update_us = tf.Variable(
             tf.constant(0, tf.int64), trainable=False, name="tf_hetero_update_us",
@@ -215,10 +215,10 @@ def _update_after_compute(device, model, flags):
     step's emulated device time (and, over an emulated link, its push; with emulated PS
     tasks, their service of the push), so it lands at the end of the step as on a device
     whose compute is the device time. It starts twice as long before that end as the
-    worker's previous update took (``EmulatedDevice.update_us``), so the step still lasts its
-    device time, as before, and task-time ratios stay the profile's. Shadows ``apply_gradients`` on the optimizer instance
-    (not the class: a trace may run in a replica thread of its own, and other models'
-    steps must not see it). Before 2026-11-26 the update ran before the sleep, within the
+    worker's previous update took (``EmulatedDevice.update_us``), so the step still lasts
+    its device time, as before, and task-time ratios stay the profile's. Shadows
+    ``apply_gradients`` on the optimizer instance (not the class: a trace may run in a
+    replica thread of its own, and other models' steps must not see it). Before 2026-11-26 the update ran before the sleep, within the
     step's first ~10-30 ms of real work: asynchronous steps (stock PSS, ASP) then saw
     almost none of the other workers' updates as staleness (docs/MEASUREMENT.md)."""
     optimizer = getattr(model, "optimizer", None) if model is not None else None
@@ -266,10 +266,12 @@ def _update_after_compute(device, model, flags):
         # Timed to the end of the update's writes (the result, e.g. `iterations`, may be
         # read before them: different resources are not ordered).
         writes = [op for op in graph.get_operations()[before:] if _writes_state(op)]
-        with tf.control_dependencies(writes + tf.nest.flatten(result) + [began]):
+        done = [r for r in tf.nest.flatten(result) if r is not None]
+        with tf.control_dependencies(writes + done + [began]):
             took = tf.cast((tf.timestamp() - began) * 1e6, tf.int64)
-            # The step's closing sleep waits for this (it is listed with the step's sleeps).
-            _trace.step[2].append(device.update_us.assign(tf.maximum(took, 0)))
+            recorded = device.update_us.assign(tf.maximum(took, 0))
+        _, _, sleeps, _ = _trace.step
+        sleeps.append(recorded)  # the step's closing sleep waits for it, as for its sleeps
         return result
 
     optimizer.apply_gradients = apply_gradients  # the instance's attribute hides the class's

@@ -327,6 +327,10 @@ class RoundEngine:
 
     def worker_recovered(self, worker: int) -> None:
         with self._lock:
+            if self._live:  # it rejoins at the slowest live worker's count: a gate (SSP)
+                # must not hold the others until it has redone the tasks it missed
+                for counts in (self.clocks, self.visible):
+                    counts[worker] = max(counts[worker], min(counts[v] for v in self._live))
             self._live.add(worker)
             if self.monitor:
                 self.monitor.on_event("worker_recovered", worker=worker)
