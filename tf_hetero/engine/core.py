@@ -481,8 +481,9 @@ class RoundEngine:
         if self.rounds_mode:
             if self._regroup_to is not None and not self._regroup():
                 return  # no new round until every book's rounds are applied
+            gated = self._gated()  # once per pump: O(N) with a gate, whatever the books
             for book in self.books:
-                self._pump_book(book)
+                self._pump_book(book, gated)
         else:
             self._pump_async()
 
@@ -557,7 +558,7 @@ class RoundEngine:
         live_clocks = {v: self.visible[v] for v in self._live}
         return {w for w in self._live if not self.gate.may_start(w, live_clocks)}
 
-    def _pump_book(self, book: Book) -> None:
+    def _pump_book(self, book: Book, gated: set) -> None:
         if not book.may_open:
             return
         if self._flushing and not self._pending and not book.busy:
@@ -570,7 +571,6 @@ class RoundEngine:
         # (or a late task still writing it) sits the round out: its task would overwrite it.
         slot = book.opened % 2
         held, live = [], []
-        gated = self._gated()
         for w in self.book_live(book):
             if w not in gated:  # too far ahead of the slowest (SSP): no task until it catches up
                 (held if self._lane_held(w, slot) else live).append(w)
