@@ -172,7 +172,7 @@ def ssp(workers: int, staleness: int = 3, stall_timeout_s: float = 600.0) -> Eng
     its planned lane instead of applying its gradient twice: every task is applied exactly
     once (a step applied on its worker, as stock TF does, cannot tell that its update
     already landed). The gate keeps a worker's book from opening a round while the worker is
-    more than ``staleness`` finished tasks ahead of the slowest live worker.
+    more than ``staleness`` applied tasks ahead of the slowest live worker.
 
     >>> c = ssp(3, staleness=2)
     >>> c.name, c.gate, c.grouping, c.update_scale.scale(group_size=1, num_workers=3, staleness=4)

@@ -14,8 +14,8 @@ returns (``model.fit``'s logs, or a custom step's scalar result):
   and hands it to a :class:`~tf_hetero.policies.diverge.LossGuard` at the worker's next step
   or at ``join`` (:meth:`LossWatch.flush`). A NaN/Inf or exploding
   loss fails the fit with a :class:`~tf_hetero.policies.diverge.DivergenceError`: through the
-  engine (async under a gate), or as the closure queue's error (ASP), which ``fit``'s next ``schedule`` or
-  ``join`` raises as TF raises a worker's error.
+  engine (async under a gate), or as the closure queue's error (ASP), which ``fit``'s next
+  ``schedule`` or ``join`` raises as TF raises a worker's error.
 """
 
 from __future__ import annotations

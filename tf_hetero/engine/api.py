@@ -133,10 +133,10 @@ class AssignmentPolicy(Protocol):
 
 
 class Gate(Protocol):
-    """May idle ``worker`` start another task now? ``clocks[w]`` counts the tasks live
-    worker ``w`` has finished. Asked for each task in async mode, and, over books, before a
-    book plans a round (a worker the gate refuses sits it out: SSP over one book per
-    worker)."""
+    """May idle ``worker`` start another task now? Asked for each task in async mode, where
+    ``clocks[w]`` counts the tasks live worker ``w`` has finished, and, over books, before a
+    book plans a round, where it counts the tasks whose update has been applied (a worker
+    the gate refuses sits the round out: SSP over one book per worker)."""
 
     def may_start(self, worker: int, clocks: Mapping[int, int]) -> bool: ...
 

@@ -113,8 +113,9 @@ class RoundEngine:
         self._running: dict[int, set] = {w: set() for w in range(num_workers)}
         self._live = set(range(num_workers))
         self.clocks = {w: 0 for w in range(num_workers)}  # finished tasks per worker
-        #: Rounds mode: tasks per worker whose update has been applied (what the gate counts
-        #: over books: a task's progress is visible to the others once its round applied).
+        #: Rounds mode with a gate: tasks per worker whose update has been applied (what the
+        #: gate counts over books: a task's progress is visible to the others once its round
+        #: applied). Not counted without a gate (nothing reads it; applies stay O(1)).
         self.visible = {w: 0 for w in range(num_workers)}
         self.version = 0  # applied updates (rounds, or async tasks)
         self._flushing = False
@@ -300,9 +301,10 @@ class RoundEngine:
                         "rate is larger than a single-worker one."))
                     return
             self.version += 1
-            for t in rnd.tasks + rnd.copies:
-                if t.state == S.DONE and t.worker is not None:
-                    self.visible[t.worker] += 1
+            if not self._gate_free:
+                for t in rnd.tasks + rnd.copies:
+                    if t.state == S.DONE and t.worker is not None:
+                        self.visible[t.worker] += 1
             book = self._books[rnd.book]
             if book.applying is rnd:  # applies of a book land in order (one apply thread)
                 book.applying, book.queued = book.queued, None

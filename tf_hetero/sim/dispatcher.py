@@ -135,15 +135,9 @@ class SimDispatcher:
         duration = self._step_s(worker, task)
         if self.learner is not None and c.fresh and not task.drain:
             c.params = self.learner.params  # what the step reads as it starts
-            if task.round is None:  # applied at the step's end (before _end, same time)
-                self.loop.at(now + duration, self._apply_async, worker, c)
-            elif task.push & PUSH_OLD:
+            if task.round is not None and task.push & PUSH_OLD:
                 self._push(worker, task)  # the previous round's buffer, during the compute
         self.loop.at(now + duration, self._end, worker, c)
-
-    def _apply_async(self, worker, c):
-        m = self.learner
-        m.apply_async(m.gradient(c.params, worker, self._rows(c.task)))
 
     def _end(self, worker, c):
         if self.learner is not None and c.fresh:
@@ -225,8 +219,9 @@ class SimDispatcher:
     def _learn(self, worker, task, params):
         """The finished step's gradient takes the runtime's path (see :mod:`.learner`)."""
         m = self.learner
-        if task.round is None:
-            return  # applied by _apply_async
+        if task.round is None:  # an async step applies its own gradient at its end
+            m.apply_async(m.gradient(params, worker, self._rows(task)))
+            return
         if not task.drain:
             units = task.size * (self.k if self.granule is None else 1)
             g = m.gradient(params, worker, self._rows(task)) * units
