@@ -237,3 +237,26 @@ def test_when_every_live_worker_holds_a_late_gradient_a_fold_only_round_applies_
     assert d.folds[-1][1] == {(1, 0): (0, pytest.approx(1 / 3))}  # staleness 2
     e.apply_finished(2, 1)
     assert [x.pinned for x in e.rounds[3].tasks] == [1] and e.rounds[3].slot == 1
+
+
+def test_a_late_lane_whose_writer_died_is_settled_when_tf_runs_the_writer_again_elsewhere():
+    """Worker 0 finished one task of round 0 and still writes a second one into lane 0 when
+    the round closes: the first is late. Worker 0 dies and TF runs the second task again on
+    worker 1, after the close: that run writes nothing, and lane 0 may hold part of the dead
+    run's write, so the late gradient cannot be folded. It is dropped, not left late for
+    ever (seen in a CI chaos run of epspslack: a task still "late" after fit)."""
+    e, d, m, clock = epsp(3, tasks=4, slack=True, late=StalenessWeight(max_staleness=4))
+    t = [e.submit(i) for i in range(4)]
+    finish(e, clock, t[0], 0)
+    assert t[3].pinned == 0  # worker 0 was free first: it pulls the fourth task
+    e.task_started(t[3], 0)
+    finish(e, clock, t[1], 1)
+    finish(e, clock, t[2], 2)  # 3 of 4 done: the round closes while lane 0 is written
+    assert e.rounds[0].closed and e.rounds[0].lanes == {1: 1, 2: 1} and t[0].state == "late"
+    e.worker_failed(0)
+    assert e.task_started(t[3], 1) is False  # TF's re-run, after the close: stale
+    e.task_finished(t[3], 1)
+    assert [str(x.state) for x in t] == ["dropped", "done", "done", "dropped"]
+    assert not _folding(e).waiting
+    e.apply_finished(0, 2)
+    assert e.idle()

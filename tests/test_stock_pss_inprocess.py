@@ -95,12 +95,15 @@ def test_an_emulated_link_slows_stock_pss_by_the_bytes_each_step_moves(trained):
     log = tf_hetero.TaskLog.for_strategy(strategy)
     model.fit(keras.utils.experimental.DatasetCreator(
         tf_hetero.data.dataset_fn(batch_size=BATCH, num_workers=WORKERS, data=train)),
-        epochs=1, steps_per_epoch=40, verbose=0)
+        epochs=1, steps_per_epoch=80, verbose=0)  # worker 1: ~10 steps, ~9 after its first
     moved = 2 * sum(w.size * 4 for w in model.get_weights())  # read all, push all (fp32)
     link_ms = moved / (mbps * 1e6) * 1e3
     medians = [1e3 * s.median_s for s in log.stats(WORKERS, skip_first=1)]
     fast = float(np.median([medians[w] for w in (0, 2, 3)]))
     # The link adds its time to worker 1's steps; the RPC overhead every step carries cancels.
-    assert medians[1] - fast == pytest.approx(link_ms, rel=0.2), (medians, link_ms)
+    # 25%: late in the full suite (CI) worker 1 read +22.6% over 4 steps (alone: +0-1%); the
+    # bound still tells the read and the push from the read alone (-50%) or a push charged
+    # twice (+50%).
+    assert medians[1] - fast == pytest.approx(link_ms, rel=0.25), (medians, link_ms)
     assert all(m == pytest.approx(fast, rel=0.15) for m in medians[::2]), medians
     log.detach()

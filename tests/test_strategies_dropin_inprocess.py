@@ -196,6 +196,47 @@ def test_a_closure_of_a_failed_fit_that_fails_after_the_user_got_the_error_is_dr
     assert int(model.optimizer.iterations.numpy()) >= 1
 
 
+@pytest.mark.parametrize("name", ["backup", "asp"])
+def test_a_closure_of_a_failed_fit_that_starts_after_the_user_got_the_error_is_dropped(cluster,
+                                                                                       name):
+    """A closure of the failed fit still queued for its worker (TF's cancel empties only the
+    shared queue) starts *after* the error reached the user and fails, cancelled (CI saw
+    ``failures-backup`` raise fit 1's CancelledError at fit 2). It belongs to the fit it was
+    made in: its failure is dropped, in the queue and in the engine."""
+    import tensorflow as tf
+
+    import tf_hetero
+    from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag
+
+    strategy = (tf_hetero.ASPStrategy(cluster.resolver) if name == "asp"
+                else _strategy(name, cluster))
+    coordinator = strategy._cluster_coordinator  # pylint: disable=protected-access
+    made_in = coordinator.fit_stamp()  # what a closure made during the next fit carries
+    with pytest.raises(tf.errors.InvalidArgumentError, match="label value"):
+        _in_thread(lambda: _fit(strategy, labels=50))
+    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+
+    class Cancelled:  # made in the failed fit; starts only now
+        tag = None
+
+        def execute_on(self, worker):
+            raise tf.errors.CancelledError(None, None, "RemoteExecuteNode::RunAsync")
+
+        def maybe_call_with_output_remote_value(self, fn):
+            pass
+
+    closure = Cancelled()
+    set_tag(closure, ClosureTag(ClosureKind.ASYNC, fit=made_in))
+    with queue._queue_lock:  # pylint: disable=protected-access
+        queue.inflight_closure_count += 1
+    coordinator._cluster.workers[0]._process_closure(closure)  # pylint: disable=protected-access
+    assert queue._error is None, queue._error  # pylint: disable=protected-access
+    if coordinator.engine is not None:
+        coordinator.engine.raise_if_error()
+    model = _in_thread(lambda: _fit(strategy, model_seed=2))
+    assert int(model.optimizer.iterations.numpy()) >= 1
+
+
 @pytest.mark.parametrize("name", ROUND_STRATEGIES)
 def test_a_second_model_on_the_same_strategy_leaves_the_first_untouched(cluster, name):
     strategy = _strategy(name, cluster)

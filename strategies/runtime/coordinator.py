@@ -84,7 +84,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                                     groups=groups, **plan), flush=True)
         if self.engine is None:  # ASP: exactly what stock TF does, plus a tag for the monitor
             closure = self.closure(fn, args, kwargs)
-            set_tag(closure, ClosureTag(ClosureKind.ASYNC))
+            set_tag(closure, ClosureTag(ClosureKind.ASYNC, fit=self.fit_stamp()))
             remote_value = closure.build_output_remote_value()
             self.losses.keep(closure, remote_value)
             translated(self._cluster.closure_queue.put, closure)
@@ -139,6 +139,12 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             raise
 
     # ------------------------------------------------------- for the runtime
+    def fit_stamp(self) -> tuple[int, int]:
+        """Which fit a closure made now belongs to: the errors that reached the user so far,
+        and the engine's generation (:class:`~tf_hetero.strategies.runtime.tags.ClosureTag`)."""
+        return (self.errors_reached_user,
+                self.engine.generation if self.engine is not None else 0)
+
     def closure(self, fn, args, kwargs):
         """A TF closure of ``fn`` (traced now, under the strategy, as ``schedule`` would)."""
         with self.strategy.scope():

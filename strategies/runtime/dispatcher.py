@@ -73,7 +73,8 @@ class ClosureDispatcher:
     def task_closure(self, source):
         """A closure of ``source`` = ``(fn, args, kwargs)``, tagged as an engine task."""
         closure = self.coordinator.closure(*source)
-        set_tag(closure, ClosureTag(ClosureKind.TASK, source=source))
+        set_tag(closure, ClosureTag(ClosureKind.TASK, source=source,
+                                    fit=self.coordinator.fit_stamp()))
         return closure
 
     def put(self, closure, worker):

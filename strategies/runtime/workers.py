@@ -39,7 +39,8 @@ def instrument(coordinator) -> None:
 
 def _drop_stale_failures(coordinator, attempt) -> None:
     """A closure of a fit whose error already reached the user may still fail afterwards
-    (the other workers' closures of that fit were running when the first one failed). TF's
+    (the other workers' closures of that fit were running when the first one failed, or
+    still queued for their worker: TF's cancel does not empty the per-worker queues). TF's
     ``mark_failed`` would make that echo the queue's error, and the *next* fit would raise it
     at its first ``schedule``. The wrapped ``mark_failed`` counts such a closure out without
     keeping its error (stock TF keeps it: its next ``fit`` can fail with the last one's error).
@@ -82,8 +83,12 @@ def _instrument(coordinator, worker, attempt, versions):
         # _on_closure_failure, e.g. for transient PS errors).
         closure.tag = None
         start = time.perf_counter()
-        generation = engine.generation if engine is not None else 0
-        attempt.errors_seen, attempt.error = coordinator.errors_reached_user, None
+        # The fit the closure was made in, not the one running when it starts: a closure of
+        # a failed fit still queued for its worker starts after the error reached the user
+        # (CI: failures-backup's fit 2 raised a CancelledError of fit 1's accumulate step).
+        fit = tag.fit if tag is not None and tag.fit is not None else coordinator.fit_stamp()
+        attempt.errors_seen, generation = fit
+        attempt.error = None
         if task is not None:
             fresh = engine.task_started(task, w)
             if task.round is not None:  # its round, slot, lane and push flags are final now

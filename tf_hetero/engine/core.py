@@ -223,10 +223,21 @@ class RoundEngine:
         with self._lock:
             for previous in {task.pinned, task.worker} - {worker, None}:
                 self._running[previous].discard(task)  # moved here after a worker failure
+            first_lane = task.lane_id if task.state == S.RUNNING else None
+            task.rerun = task.rerun or first_lane is not None
             task.worker, task.t_start, task.state = worker, self.clock(), S.RUNNING
             task.version_at_start = self.version
             self._running[worker].add(task)
             task.stale = task.round is not None and self.rounds[task.round].closed
+            if task.stale and first_lane is not None:
+                # Its first run died writing ``first_lane`` of a closed round, maybe after
+                # its write landed: this run writes nothing, and what waits in that lane
+                # (a late gradient of the same round) can no longer be folded cleanly. It
+                # keeps that lane, so the lane is settled (dropped) now and not left late.
+                task.lane = first_lane
+                rnd = self.rounds[task.round]
+                if not rnd.abandoned:
+                    self._settle_late(rnd, first_lane)
             if task.round is not None and not task.stale and task.lane is None and \
                     worker not in self._books[self.rounds[task.round].book].workers:
                 self._foreign_lane(task, worker)
@@ -253,6 +264,8 @@ class RoundEngine:
                         or (task.twin is not None and task.twin.state == S.DONE)):
                     self.drop(task)  # wrote nothing, lost the race to its twin, or its
                     # round was abandoned when the engine failed
+                    if rnd.closed and not rnd.abandoned:  # late work it shared a lane with
+                        self._settle_late(rnd, task.lane_id)
                 elif rnd.closed:
                     task.state = S.LATE
                     self._settle_late(rnd, task.lane_id)
@@ -671,13 +684,15 @@ class RoundEngine:
         """Once every copy of ``rnd`` on ``lane`` has finished: drop, or a component keeps
         the late gradients (folding)."""
         copies = [t for t in rnd.tasks + rnd.copies if t.lane_id == lane]
-        if any(t.state == S.RUNNING for t in copies):
-            return
+        if any(t.state == S.RUNNING and not t.stale for t in copies):
+            return  # still being written (a stale run writes nothing)
         late = [t for t in copies if t.state == S.LATE]
         if not late:
             return
-        # A lane also written by a losing copy, or a duplicate's extra lane, is never kept.
-        clean = not any(t.state == S.DROPPED and not t.stale for t in copies)
+        # A lane also written by a losing copy, or by a run that died (maybe after its write
+        # landed), or a duplicate's extra lane, is never kept.
+        clean = not any((t.state == S.DROPPED and not t.stale) or (t.stale and t.rerun)
+                        for t in copies)
         if clean and lane < self.num_workers and any(
                 c.on_late(rnd, lane, late) for c in self.components):
             return

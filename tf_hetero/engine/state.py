@@ -90,6 +90,8 @@ class Task:
     twin: "Task | None" = None  # the other copy of a transferred task
     duplicate: bool = False  # a copy made by task transfer
     stale: bool = False  # started after its round closed: wrote nothing
+    #: Run again after the worker running it died: that first run may have written its lane.
+    rerun: bool = False
     push: int = 0  # local accumulation: PUSH_OLD / PUSH_ALL flags (0: keep it local)
     pushed: int = 0  # local accumulation: micro-batches its push carried
     drain: bool = False  # a push-only task (no micro-batch of its own)
