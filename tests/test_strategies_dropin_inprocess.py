@@ -301,6 +301,25 @@ def test_a_fit_says_how_many_updates_it_makes_and_makes_that_many(cluster, name,
     assert int(model.optimizer.iterations.numpy()) == 4
 
 
+def test_an_ssp_fit_says_every_step_is_an_update_at_the_one_batch_rate(cluster, capsys):
+    """SSP's rounds are one task each: its line says so, not "rounds of a group of ~1"."""
+    import tf_keras as keras
+
+    strategy = _strategy("ssp", cluster)
+    with strategy.scope():
+        model = small.model(1)
+        model.compile(keras.optimizers.SGD(0.1), small.loss())
+    steps = 2 * N
+    capsys.readouterr()
+    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(B)), epochs=1,
+              steps_per_epoch=steps, verbose=0)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "this fit runs" in line]
+    assert len(lines) == 1, lines
+    assert f"runs {steps} steps and applies ~{steps} updates, one per step" in lines[0]
+    assert "learning rate: the one-batch rate" in lines[0]
+    assert int(model.optimizer.iterations.numpy()) == steps
+
+
 def test_an_async_fit_prints_no_plan(cluster, capsys):
     import tf_hetero
 

@@ -19,6 +19,11 @@ the coordinator prints :func:`plan_line` at the first training step scheduled af
  round of 2 tasks (20 steps, 20 batches averaged). optimizer.iterations counts updates
  (resume at epoch iterations x 20 // 20); learning rate: scale a one-batch rate by 20
  (linear rule), or warm up to it.'
+>>> plan_line("SSPStrategy", steps=40, epochs=1, per_epoch=40, per_execution=1,
+...           workers=4, groups=4)  # doctest: +NORMALIZE_WHITESPACE
+'[tf-hetero] SSPStrategy: this fit runs 40 steps and applies ~40 updates, one per step (the
+ steps of every worker applied one by one, on the chief). optimizer.iterations counts updates
+ (resume at epoch iterations // 40); learning rate: the one-batch rate.'
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_executio
     per_round = max(1.0, workers / max(1, groups))  # tasks in one round (mean group size)
     updates = math.ceil(tasks / per_round)
     batches = per_round * per_execution
+    if batches == 1:  # one-task rounds (SSP, DynSGD): every step is an update of its own
+        return (f"[tf-hetero] {who}: this fit runs {steps} steps and applies ~{updates} "
+                f"updates, one per step (the steps of every worker applied one by one, on the "
+                f"chief). optimizer.iterations counts updates (resume at epoch iterations "
+                f"// {per_epoch}); learning rate: the one-batch rate.")
     size = (f"round of {per_round:g} tasks" if groups == 1
             else f"round of a group ({groups} groups of ~{per_round:g} tasks)")
     return (f"[tf-hetero] {who}: this fit runs {steps} steps as {tasks} tasks and applies "
