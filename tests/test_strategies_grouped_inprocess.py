@@ -62,15 +62,20 @@ def test_speed_groups_form_around_the_straggler(cluster):
     import tf_hetero
 
     strategy = tf_hetero.GroupedSyncStrategy(cluster.resolver, groups=2, regroup_every=2)
-    _fit_with_profile(cluster, strategy, "slow=0:4;base_ms=30", steps=48)
+    # 120 steps, not 48: a stall of the whole in-process cluster in the first measured tasks
+    # inflates every worker's time alike, and the smoothed estimate remembers it for a dozen
+    # tasks; in 48 steps no regroup happened once (CI, 2026-11-26).
+    steps = 120
+    _fit_with_profile(cluster, strategy, "slow=0:4;base_ms=30", steps=steps)
     # Grouped by index first ((0, 1), (2,)): worker 0 is the straggler, so the groups are
     # re-formed around it once speeds are measured.
     assert strategy.engine.rounds[0].info["group"] in ([0, 1], [2])
     regroups = [f["groups"] for _, name, f in strategy.monitor.events if name == "regroup"]
-    assert regroups and regroups[-1] == [[0], [1, 2]]
+    assert regroups and regroups[-1] == [[0], [1, 2]], (
+        regroups, [strategy.monitor.durations(w)[:6] for w in range(N)])
     assert strategy.groups == ((0,), (1, 2))
     tasks = [t for r in strategy.engine.rounds for t in r.tasks]
-    assert len(tasks) == 48 and all(t.state == "done" for t in tasks)
+    assert len(tasks) == steps and all(t.state == "done" for t in tasks)
 
 
 def test_the_update_scale_reaches_the_apply_on_the_ps(cluster, data):
