@@ -211,7 +211,7 @@ def test_a_closure_of_a_failed_fit_that_starts_after_the_user_got_the_error_is_d
     strategy = (tf_hetero.ASPStrategy(cluster.resolver) if name == "asp"
                 else _strategy(name, cluster))
     coordinator = strategy._cluster_coordinator  # pylint: disable=protected-access
-    made_in = coordinator.fit_stamp()  # what a closure made during the next fit carries
+    made_in = coordinator.errors_reached_user  # what a closure made during the next fit carries
     with pytest.raises(tf.errors.InvalidArgumentError, match="label value"):
         _in_thread(lambda: _fit(strategy, labels=50))
     queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access

@@ -58,7 +58,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.tracer = StepTracer(self)
         self.applier = ChiefApplier(self)
         self.dispatcher = ClosureDispatcher(self, self.tracer)
-        self.errors_reached_user = 0  # a closure started before the last one is a stale echo
+        self._async_errors = 0  # errors that reached the user, without an engine (ASP)
         self.losses = LossWatch(self)  # asynchronous steps: a diverging loss stops the fit
         # Deadlines and task transfer need time to pass: a ticker runs while the engine has
         # work (started by schedule, ends once idle).
@@ -84,7 +84,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                                     groups=groups, **plan), flush=True)
         if self.engine is None:  # ASP: exactly what stock TF does, plus a tag for the monitor
             closure = self.closure(fn, args, kwargs)
-            set_tag(closure, ClosureTag(ClosureKind.ASYNC, fit=self.fit_stamp()))
+            set_tag(closure, ClosureTag(ClosureKind.ASYNC, fit=self.errors_reached_user))
             remote_value = closure.build_output_remote_value()
             self.losses.keep(closure, remote_value)
             translated(self._cluster.closure_queue.put, closure)
@@ -139,11 +139,13 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             raise
 
     # ------------------------------------------------------- for the runtime
-    def fit_stamp(self) -> tuple[int, int]:
-        """Which fit a closure made now belongs to: the errors that reached the user so far,
-        and the engine's generation (:class:`~tf_hetero.strategies.runtime.tags.ClosureTag`)."""
-        return (self.errors_reached_user,
-                self.engine.generation if self.engine is not None else 0)
+    @property
+    def errors_reached_user(self) -> int:
+        """Errors raised to the user so far: the fit a closure made now belongs to
+        (:class:`~tf_hetero.strategies.runtime.tags.ClosureTag`); a failure of a closure made
+        before the last one is that error's echo. With an engine, its generation (one count
+        for the queue's and the engine's stale checks)."""
+        return self.engine.generation if self.engine is not None else self._async_errors
 
     def closure(self, fn, args, kwargs):
         """A TF closure of ``fn`` (traced now, under the strategy, as ``schedule`` would)."""
@@ -202,9 +204,11 @@ class HeteroCoordinator(cc.ClusterCoordinator):
     def _error_reached_user(self) -> None:
         """An error was raised to the user: like TF's ``join``, forget it (and what it left
         queued), so the next ``fit`` on this strategy starts clean."""
+        # Counted before the queue's error is cleared (workers.py)
         if self.engine is not None:
-            self.engine.clear_error()
-        self.errors_reached_user += 1  # before the queue's error is cleared: workers.py
+            self.engine.clear_error()  # its generation moves on
+        else:
+            self._async_errors += 1
         queue = self._cluster.closure_queue
         with queue._queue_lock:  # pylint: disable=protected-access
             if queue._error is not None:  # pylint: disable=protected-access

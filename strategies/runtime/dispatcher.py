@@ -74,7 +74,7 @@ class ClosureDispatcher:
         """A closure of ``source`` = ``(fn, args, kwargs)``, tagged as an engine task."""
         closure = self.coordinator.closure(*source)
         set_tag(closure, ClosureTag(ClosureKind.TASK, source=source,
-                                    fit=self.coordinator.fit_stamp()))
+                                    fit=self.coordinator.errors_reached_user))
         return closure
 
     def put(self, closure, worker):

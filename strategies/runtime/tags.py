@@ -39,12 +39,12 @@ class ClosureTag:
     task: Any = None
     source: tuple | None = None
     output: Any = None
-    #: ``(errors that had reached the user, engine generation)`` when the closure was made
-    #: (:meth:`~tf_hetero.strategies.runtime.coordinator.HeteroCoordinator.fit_stamp`): the
-    #: fit it belongs to. A closure of a failed fit may start only after its error reached the
-    #: user (a worker's own queue keeps it until it runs, cancelled); its failure is then
+    #: Errors that had reached the user when the closure was made
+    #: (:attr:`~tf_hetero.strategies.runtime.coordinator.HeteroCoordinator.errors_reached_user`):
+    #: the fit it belongs to. A closure of a failed fit may start only after its error reached
+    #: the user (a worker's own queue keeps it until it runs, cancelled); its failure is then
     #: that fit's echo, not the next fit's error.
-    fit: tuple | None = None
+    fit: int | None = None
 
     @property
     def internal(self) -> bool:

@@ -86,9 +86,9 @@ def _instrument(coordinator, worker, attempt, versions):
         # The fit the closure was made in, not the one running when it starts: a closure of
         # a failed fit still queued for its worker starts after the error reached the user
         # (CI: failures-backup's fit 2 raised a CancelledError of fit 1's accumulate step).
-        fit = tag.fit if tag is not None and tag.fit is not None else coordinator.fit_stamp()
-        attempt.errors_seen, generation = fit
-        attempt.error = None
+        fit = tag.fit if tag is not None and tag.fit is not None else \
+            coordinator.errors_reached_user
+        attempt.errors_seen, attempt.error = fit, None
         if task is not None:
             fresh = engine.task_started(task, w)
             if task.round is not None:  # its round, slot, lane and push flags are final now
@@ -106,7 +106,7 @@ def _instrument(coordinator, worker, attempt, versions):
             return  # the closure went back to the queue; another worker runs it
         error = attempt.error or queue._error  # pylint: disable=protected-access
         if error is not None and engine is not None:
-            engine.fail(translate(error), since=generation)  # stale if the user got it
+            engine.fail(translate(error), since=fit)  # stale if the user got it
             return
         if task is not None:
             engine.task_finished(task, w)
