@@ -842,24 +842,26 @@ def test_monitor_summary_since_keeps_records_that_ended_after_it():
     assert m.summary()["tasks"] == 3 and m.summary(since=10.0)["tasks"] == 0
 
 
-def test_monitor_ewma_leaves_out_the_warm_up_task_then_weights_the_newest_by_alpha():
+def test_monitor_ewma_leaves_out_the_warm_up_task_seeds_with_a_median_then_weights_by_alpha():
     m = Monitor(2, ewma_alpha=0.3)
     assert math.isnan(m.ewma_s(0))
     m.record_task(0, 0.0, 1.0, applied=True, staleness=0)
     assert m.ewma_s(0) == 1.0  # only the warm-up (tracing) task is known
     m.record_task(0, 1.0, 3.0, applied=True, staleness=0)
     assert m.ewma_s(0) == 2.0  # the warm-up task is left out once another is known
-    m.record_task(0, 3.0, 7.0, applied=True, staleness=0)
-    assert m.ewma_s(0) == pytest.approx(0.3 * 4.0 + 0.7 * 2.0)  # 2.6
+    m.record_task(0, 3.0, 11.0, applied=True, staleness=0)  # 8 s
+    m.record_task(0, 11.0, 14.0, applied=True, staleness=0)  # 3 s
+    assert m.ewma_s(0) == 3.0  # the median of the first three warm tasks: 8 s is ignored
+    m.record_task(0, 14.0, 18.0, applied=True, staleness=0)
+    assert m.ewma_s(0) == pytest.approx(0.3 * 4.0 + 0.7 * 3.0)  # then the newest weighs alpha
     assert math.isnan(m.ewma_s(1))
-    assert m.durations(0) == [1.0, 2.0, 4.0] and m.durations(1) == []
+    assert m.durations(0) == [1.0, 2.0, 8.0, 3.0, 4.0] and m.durations(1) == []
 
 
-def test_monitor_ewma_alpha_one_keeps_only_the_newest_task():
+def test_monitor_ewma_alpha_one_keeps_only_the_newest_task_after_the_seed():
     m = Monitor(1, ewma_alpha=1)
-    m.record_task(0, 0.0, 1.0, applied=True, staleness=0)
-    m.record_task(0, 1.0, 1.25, applied=True, staleness=0)
-    m.record_task(0, 1.25, 1.75, applied=True, staleness=0)
+    for start, end in [(0.0, 1.0), (1.0, 1.25), (1.25, 1.75), (1.75, 2.0), (2.0, 2.5)]:
+        m.record_task(0, start, end, applied=True, staleness=0)
     assert m.ewma_s(0) == 0.5
 
 

@@ -107,6 +107,16 @@ def test_smoothed_time_at_the_shipped_alpha_follows_a_slowdown_and_ignores_one_s
     assert smoothed_time(jitter) == pytest.approx(0.115)
 
 
+def test_a_stall_of_the_whole_cluster_in_the_first_warm_tasks_does_not_even_out_speeds():
+    # One stalled task at the start of every worker's history (a late registration, a
+    # collection on the chief): with the estimate seeded by the first warm task alone, a
+    # 4x speed difference read as 1.4x after four more tasks, and shares stayed even.
+    stall = 2.0
+    fast = [1.0, stall] + [0.1] * 4
+    slow = [1.0, stall] + [0.4] * 4
+    assert smoothed_time(slow) / smoothed_time(fast) == pytest.approx(4.0)
+
+
 # ---------------------------------------------------------------- local accumulation
 def test_strict_round_pins_shares_and_only_each_workers_last_task_pushes():
     e, d, m, _ = make_hps(4, 13, times={0: 0.1, 1: 0.1, 2: 0.1, 3: 0.4})

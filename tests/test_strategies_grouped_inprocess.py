@@ -63,8 +63,9 @@ def test_speed_groups_form_around_the_straggler(cluster):
 
     strategy = tf_hetero.GroupedSyncStrategy(cluster.resolver, groups=2, regroup_every=2)
     # 120 steps, not 48: a stall of the whole in-process cluster in the first measured tasks
-    # inflates every worker's time alike, and the smoothed estimate remembers it for a dozen
-    # tasks; in 48 steps no regroup happened once (CI, 2026-11-26).
+    # inflates every worker's time alike; the estimate's median seed drops one such task, a
+    # longer stall is remembered for a dozen; in 48 steps no regroup happened once (CI,
+    # 2026-11-26, before the median seed).
     steps = 120
     _fit_with_profile(cluster, strategy, "slow=0:4;base_ms=30", steps=steps)
     # Grouped by index first ((0, 1), (2,)): worker 0 is the straggler, so the groups are

@@ -6,10 +6,18 @@ Warm-up rule: a worker's first ``WARMUP_TASKS`` tasks also trace and register th
 :func:`smoothed_time` alone falls back to them while nothing else is known (a share must be
 sized from something), a straggler projection never does.
 
+Seed rule: the smoothed estimate starts from the median of a worker's first ``SEED_TASKS``
+warm tasks, not from the first alone. A stall of the whole cluster during one of them (a
+late function registration, a collection in the chief) otherwise seeded every worker alike
+and, at ``alpha`` 0.3, still weighed ~10% after six more tasks: speeds looked even and shares
+and speed groups stayed wrong for a dozen tasks (seen in CI).
+
 >>> warm([1.0, 0.1, 0.2])
 [0.1, 0.2]
->>> smoothed_time([1.0, 0.1, 0.1, 0.4], alpha=0.5)
+>>> smoothed_time([1.0, 0.1, 0.1, 0.1, 0.4], alpha=0.5)
 0.25
+>>> round(smoothed_time([1.0, 0.9, 0.1, 0.1, 0.1]), 6)  # a stall in the first warm task is not kept
+0.1
 >>> smoothed_time([1.0])    # only the warm-up task is known
 1.0
 """
@@ -21,11 +29,13 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["WARMUP_TASKS", "DEFAULT_ALPHA", "warm", "smoothed_time", "Projection",
+__all__ = ["WARMUP_TASKS", "SEED_TASKS", "DEFAULT_ALPHA", "warm", "smoothed_time", "Projection",
            "StragglerProjection"]
 
 #: Tasks per worker that include tracing and are left out of estimates.
 WARMUP_TASKS = 1
+#: Warm tasks whose median seeds the smoothed estimate (one slow one among them is ignored).
+SEED_TASKS = 3
 #: Weight of the newest task in the smoothed estimate: 0.3 follows a 4x slowdown within one
 #: round (colab/hps.ipynb) while jitter between equal workers (10-15% here) moves no share.
 DEFAULT_ALPHA = 0.3
@@ -37,8 +47,8 @@ def warm(durations: Sequence[float]) -> list[float]:
 
 
 def smoothed_time(durations: Sequence[float], alpha: float = DEFAULT_ALPHA) -> float:
-    """Exponentially smoothed task time of the warm tasks (the newest weighs ``alpha``); NaN
-    when nothing is known.
+    """Exponentially smoothed task time of the warm tasks (the newest weighs ``alpha``),
+    seeded by the median of the first ``SEED_TASKS`` of them; NaN when nothing is known.
 
     >>> smoothed_time([]) != smoothed_time([])  # NaN: not measured yet
     True
@@ -46,8 +56,8 @@ def smoothed_time(durations: Sequence[float], alpha: float = DEFAULT_ALPHA) -> f
     d = warm(durations) or list(durations)
     if not d:
         return math.nan
-    est = d[0]
-    for x in d[1:]:
+    est = float(np.median(d[:SEED_TASKS]))
+    for x in d[SEED_TASKS:]:
         est = alpha * x + (1 - alpha) * est
     return est
 
