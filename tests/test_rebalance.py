@@ -160,6 +160,30 @@ def test_a_boundary_waits_for_the_rounds_in_flight_and_never_forces_a_partial_ro
     assert coordinator.tracer.entries == {} and rebalancer._keep  # pylint: disable=protected-access
 
 
+
+@pytest.mark.parametrize("first_window, decided_at", [(1, [2, 4, 10, 16]), (None, [6, 12])])
+def test_the_first_two_decisions_come_after_first_window_rounds_then_every_window(
+        first_window, decided_at):
+    from tf_hetero.strategies.runtime.rebalance import Rebalancer
+
+    engine, _, monitor = _bsp_engine(workers=2)
+    controller = RebalanceController(window=3, first_window=first_window, skip_first=0)
+    rebalancer = Rebalancer(_Coordinator(engine, monitor), controller)
+    rebalancer.at_boundary = lambda timeout=0: True  # every task is a boundary here
+    decided = []
+
+    def decide():
+        decided.append(rebalancer.tasks - 1)  # the index of the task being scheduled
+        controller.decisions += 1
+        return False
+
+    rebalancer.decide = decide
+    for _ in range(18):
+        rebalancer.before_task("fn", (), {}, "entry")
+    # 2 workers: rounds of 2 tasks. first_window 1: decisions after rounds 1 and 2, then
+    # every 3 rounds; without it every 3 rounds from the start.
+    assert decided == decided_at
+
 def test_greedy_moves_go_together_and_are_undone_together():
     """Two heavy units on a 3x slower PS move in one decision (max_moves 4); one move per
     decision with max_moves=1. A slower window undoes the whole batch, last move first, and

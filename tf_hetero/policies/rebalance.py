@@ -132,6 +132,11 @@ class RebalanceController:
 
     Args:
       window: rounds per measurement window (a decision after each).
+      first_window: rounds in each of the first two windows (the baseline, then the trial of
+        the first moves, whose changed loads also let the PS rates be fitted), so that a
+        placement that is plainly wrong is fixed after ``2 x first_window`` rounds instead
+        of ``2 x window``; ``None``: ``window`` (``rebalance=True`` uses 3 with window 8;
+        docs/PSLD.md section 4). Later windows judge smaller gains and keep ``window``.
       min_gain: relative round-time improvement a move must bring to be kept (0.05: 5%).
       explore: probability of a random move instead of the greedy one.
       rates: relative PS service rates used when no busy times are measured (default equal).
@@ -144,16 +149,23 @@ class RebalanceController:
 
     def __init__(self, window: int = 8, min_gain: float = 0.05, explore: float = 0.1,
                  rates: Sequence[float] | None = None, retry_after: int = 10,
-                 skip_first: int = 1, seed: int = 0, max_moves: int = 4):
+                 skip_first: int = 1, seed: int = 0, max_moves: int = 4,
+                 first_window: int | None = None):
         if max_moves < 1:
             raise ValueError(f"RebalanceController(max_moves={max_moves}): need >= 1.")
         if window < 1 or not 0 <= skip_first < window:
             raise ValueError(f"RebalanceController(window={window}, skip_first={skip_first}): "
                              "need window >= 1 and 0 <= skip_first < window.")
+        first_window = min(window, first_window) if first_window is not None else window
+        if not skip_first < first_window:
+            raise ValueError(f"RebalanceController(first_window={first_window}, skip_first="
+                             f"{skip_first}): need first_window > skip_first (a window's "
+                             "mean leaves its first skip_first rounds out).")
         if not 0 <= explore <= 1 or not 0 <= min_gain < 1:
             raise ValueError(f"RebalanceController(explore={explore}, min_gain={min_gain}): "
                              "need 0 <= explore <= 1 and 0 <= min_gain < 1.")
         self.window, self.min_gain, self.explore = window, min_gain, explore
+        self.first_window = first_window
         self.retry_after, self.skip_first, self.max_moves = retry_after, skip_first, max_moves
         self._rates = tuple(rates) if rates is not None else None
         self._rng = random.Random(seed)
@@ -185,6 +197,18 @@ class RebalanceController:
         if len(rates) != num_ps or any(not r > 0 for r in rates):
             raise ValueError(f"RebalanceController(rates={rates!r}): need {num_ps} rates > 0.")
         self.rates = tuple(float(r) for r in rates)
+
+    def next_window(self) -> int:
+        """Rounds until the next decision: ``first_window`` for the first two windows, then
+        ``window``.
+
+        >>> c = RebalanceController(window=8, first_window=4)
+        >>> c.next_window(), c.decide({}, [0.1] * 4), c.next_window()
+        (4, [], 4)
+        >>> _ = c.decide({}, [0.1] * 4); c.next_window()
+        8
+        """
+        return self.first_window if self.decisions < 2 else self.window
 
     def window_mean(self, round_times: Sequence[float]) -> float | None:
         """Mean round time of a window, its first ``skip_first`` rounds left out.
@@ -368,8 +392,13 @@ class RebalanceController:
                 "rebalance_undone": self.undone, "rebalance_baseline_s": self.baseline}
 
     def __repr__(self):
-        return (f"RebalanceController(window={self.window}, min_gain={self.min_gain}, "
+        return (f"RebalanceController(window={self.window}, first_window={self.first_window}, "
+                f"min_gain={self.min_gain}, "
                 f"explore={self.explore}, max_moves={self.max_moves})")
+
+
+#: ``first_window`` of ``rebalance=True`` (measured: docs/PSLD.md section 4).
+DEFAULT_FIRST_WINDOW = 3
 
 
 def make(rebalance) -> RebalanceController | None:
@@ -377,7 +406,7 @@ def make(rebalance) -> RebalanceController | None:
     :class:`RebalanceController`).
 
     >>> make(True), make(False)
-    (RebalanceController(window=8, min_gain=0.05, explore=0.1, max_moves=4), None)
+    (RebalanceController(window=8, first_window=3, min_gain=0.05, explore=0.1, max_moves=4), None)
     >>> make("yes")
     Traceback (most recent call last):
     ...
@@ -386,7 +415,7 @@ def make(rebalance) -> RebalanceController | None:
     if rebalance is None or rebalance is False:
         return None
     if rebalance is True:
-        return RebalanceController()
+        return RebalanceController(first_window=DEFAULT_FIRST_WINDOW)
     if isinstance(rebalance, RebalanceController):
         return rebalance
     raise ValueError(f"rebalance={rebalance!r} is not a rebalancing option. Fix: use True, "
