@@ -160,7 +160,6 @@ def test_a_boundary_waits_for_the_rounds_in_flight_and_never_forces_a_partial_ro
     assert coordinator.tracer.entries == {} and rebalancer._keep  # pylint: disable=protected-access
 
 
-
 @pytest.mark.parametrize("first_window, decided_at", [(1, [2, 4, 10, 16]), (None, [6, 12])])
 def test_the_first_two_decisions_come_after_first_window_rounds_then_every_window(
         first_window, decided_at):
@@ -183,6 +182,7 @@ def test_the_first_two_decisions_come_after_first_window_rounds_then_every_windo
     # 2 workers: rounds of 2 tasks. first_window 1: decisions after rounds 1 and 2, then
     # every 3 rounds; without it every 3 rounds from the start.
     assert decided == decided_at
+
 
 def test_greedy_moves_go_together_and_are_undone_together():
     """Two heavy units on a 3x slower PS move in one decision (max_moves 4); one move per

@@ -156,11 +156,12 @@ class RebalanceController:
         if window < 1 or not 0 <= skip_first < window:
             raise ValueError(f"RebalanceController(window={window}, skip_first={skip_first}): "
                              "need window >= 1 and 0 <= skip_first < window.")
-        first_window = min(window, first_window) if first_window is not None else window
-        if not skip_first < first_window:
-            raise ValueError(f"RebalanceController(first_window={first_window}, skip_first="
-                             f"{skip_first}): need first_window > skip_first (a window's "
-                             "mean leaves its first skip_first rounds out).")
+        if first_window is not None and not skip_first < first_window <= window:
+            raise ValueError(f"RebalanceController(first_window={first_window}, window={window}, "
+                             f"skip_first={skip_first}): need skip_first < first_window <= "
+                             "window (a window's mean leaves its first skip_first rounds out), "
+                             "or first_window=None.")
+        first_window = window if first_window is None else first_window
         if not 0 <= explore <= 1 or not 0 <= min_gain < 1:
             raise ValueError(f"RebalanceController(explore={explore}, min_gain={min_gain}): "
                              "need 0 <= explore <= 1 and 0 <= min_gain < 1.")
