@@ -49,10 +49,19 @@ def test_every_scheduled_task_runs_once_and_is_logged(trained):
 
 
 def test_measured_slowdown_ratio_matches_profile(trained):
-    """Worker 3 is configured 3x slower: its median task time is 3x within 15%."""
-    from tf_hetero.telemetry.tasklog import measured_ratios
+    """Worker 3 is configured 3x slower: its task time is 3x the others' within 15%.
 
-    ratios = measured_ratios(trained["log"].stats(WORKERS, skip_first=1))
+    Compared at each worker's 25th percentile, not its median: the emulated device time is a
+    floor that the process's load can only add to. Late in the full suite (CI, 2026-11-26)
+    worker 0's *median* read 1.71x the fastest worker's, so most of its ~17 tasks had waited
+    on something outside the step (the in-process servers of earlier modules share the two
+    cores; docs/TF_INTERNALS.md, "Where the suite's time goes"). Without emulation every
+    ratio is ~1 and the worker-3 assertion fails.
+    """
+    per = [[r.duration for r in trained["log"].records if r.worker == w][1:]
+           for w in range(WORKERS)]  # each worker's first task traces the step
+    low = [float(np.percentile(d, 25)) for d in per]
+    ratios = [t / min(low) for t in low]
     assert ratios[3] == pytest.approx(3.0, rel=0.15), ratios
     for w in range(3):
         assert ratios[w] == pytest.approx(1.0, rel=0.15), ratios
