@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
+
 #: Features per row and classes of the problem.
 FEATURES, CLASSES = 5, 3
 
@@ -20,7 +22,7 @@ def dataset_fn(batch: int, labels: int = CLASSES, seed: int = 0, rows: int = 512
     def fn(ctx=None):
         import tensorflow as tf
 
-        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch)
+        return without_autotune(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch))
     return fn
 
 

@@ -157,6 +157,12 @@ def test_dataset_fn_batches_have_a_static_size_from_drop_remainder():
     assert y_spec.shape.as_list() == [32] and y_spec.dtype == tf.int64
 
 
+def test_dataset_fn_turns_tf_data_autotuning_off():
+    """Its per-worker iterators then delete at once; with autotuning a dropped one blocks its
+    worker for up to 60 s (benchmarks/tf_probes/iterator_delete.py)."""
+    assert dataset_fn(batch_size=32)(None).options().autotune.enabled is False
+
+
 def test_dataset_fn_is_infinite_and_every_batch_is_full():
     fn = dataset_fn(batch_size=4, data=labels_split(10))
     assert fn(None).cardinality().numpy() == tf.data.INFINITE_CARDINALITY

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 import small
+from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
 from tf_hetero.strategies import registry
 
 pytestmark = pytest.mark.cluster
@@ -66,7 +67,7 @@ def case_tutorial(strategy, tmp_path):
 
     def dataset_fn(ctx=None):
         ds = tf.data.Dataset.from_tensor_slices((words, labels)).repeat().batch(B)
-        return ds.map(lambda x, y: (tf.expand_dims(lookup(x), -1), y))
+        return without_autotune(ds.map(lambda x, y: (tf.expand_dims(lookup(x), -1), y)))
 
     data = keras.utils.experimental.DatasetCreator(dataset_fn)
     callbacks = [
@@ -101,7 +102,7 @@ def case_tensors(strategy, tmp_path):
                                   keras.layers.Dense(small.CLASSES)])
         model.compile(keras.optimizers.SGD(0.1), small.loss())
     model.fit(x, y, batch_size=B, epochs=1, steps_per_epoch=2 * N, verbose=0)
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(B)
+    ds = without_autotune(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(B))
     model.fit(ds, epochs=1, steps_per_epoch=2 * N, verbose=0)
     assert np.isfinite(model.evaluate(x, y, batch_size=B, steps=2, verbose=0))
     assert int(model.optimizer.iterations.numpy()) >= 2

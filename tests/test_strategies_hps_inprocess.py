@@ -6,6 +6,7 @@ import collections
 
 import numpy as np
 import pytest
+from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
 
 pytestmark = pytest.mark.cluster
 
@@ -39,8 +40,9 @@ def _fit(strategy, tasks, lr=0.1, seed=0, profile=None):
 
     def fn(ctx):
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
-        return tf.data.Dataset.from_tensor_slices((tf.gather(tf.constant(x), w, axis=1),
-                                                   tf.gather(tf.constant(y), w, axis=1)))
+        ds = tf.data.Dataset.from_tensor_slices((tf.gather(tf.constant(x), w, axis=1),
+                                                 tf.gather(tf.constant(y), w, axis=1)))
+        return without_autotune(ds)
 
     with strategy.scope():
         model = _model()
@@ -219,7 +221,8 @@ def test_hps_refuses_several_micro_batches_per_task_with_a_clear_error(cluster):
                       steps_per_execution=2)
 
     def fn(ctx):
-        return tf.data.Dataset.from_tensors((tf.zeros([B, 5]), tf.zeros([B], tf.int64))).repeat()
+        ds = tf.data.Dataset.from_tensors((tf.zeros([B, 5]), tf.zeros([B], tf.int64))).repeat()
+        return without_autotune(ds)
 
     with pytest.raises(ValueError, match=r"steps_per_execution > 1.*Fix: compile with "
                                          r"steps_per_execution=1"):

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pytest
+from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
 
 pytestmark = pytest.mark.cluster
 
@@ -55,8 +56,9 @@ def _per_worker_fn(x, y, rounds=ROUNDS):
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
         xs = tf.reshape(tf.constant(x), (rounds, N, B, 5))
         ys = tf.reshape(tf.constant(y), (rounds, N, B))
-        return tf.data.Dataset.from_tensor_slices((tf.gather(xs, w, axis=1),
-                                                   tf.gather(ys, w, axis=1)))
+        ds = tf.data.Dataset.from_tensor_slices((tf.gather(xs, w, axis=1),
+                                                 tf.gather(ys, w, axis=1)))
+        return without_autotune(ds)
     return fn
 
 
@@ -270,7 +272,7 @@ def test_epsp_enforced_without_stragglers_equals_large_batch_sgd(cluster, data):
     def same_stream(ctx):
         import tensorflow as tf
 
-        return tf.data.Dataset.from_tensor_slices((blocks_x, blocks_y))
+        return without_autotune(tf.data.Dataset.from_tensor_slices((blocks_x, blocks_y)))
 
     model.fit(keras.utils.experimental.DatasetCreator(same_stream), epochs=1,
               steps_per_epoch=N * ROUNDS, verbose=0)
@@ -380,8 +382,9 @@ def test_bsp_with_several_steps_per_task_equals_large_batch_steps(cluster):
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
         xs = tf.gather(tf.reshape(tf.constant(x), (rounds, N, k, B, 5)), w, axis=1)
         ys = tf.gather(tf.reshape(tf.constant(y), (rounds, N, k, B)), w, axis=1)
-        return tf.data.Dataset.from_tensor_slices((tf.reshape(xs, (rounds * k, B, 5)),
-                                                   tf.reshape(ys, (rounds * k, B))))
+        ds = tf.data.Dataset.from_tensor_slices((tf.reshape(xs, (rounds * k, B, 5)),
+                                                 tf.reshape(ys, (rounds * k, B))))
+        return without_autotune(ds)
 
     strategy = tf_hetero.BSPStrategy(cluster.resolver)
     with strategy.scope():

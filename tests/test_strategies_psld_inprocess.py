@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
 
 pytestmark = pytest.mark.cluster
 
@@ -89,8 +90,9 @@ def _per_worker_fn(x, y):
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
         xs = tf.reshape(tf.constant(x), (ROUNDS, N, B, 5))
         ys = tf.reshape(tf.constant(y), (ROUNDS, N, B))
-        return tf.data.Dataset.from_tensor_slices((tf.gather(xs, w, axis=1),
-                                                   tf.gather(ys, w, axis=1)))
+        ds = tf.data.Dataset.from_tensor_slices((tf.gather(xs, w, axis=1),
+                                                 tf.gather(ys, w, axis=1)))
+        return without_autotune(ds)
     return fn
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from test_strategies_hps_inprocess import _round_batches  # the same data order (N = 3)
+from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
 
 pytestmark = pytest.mark.cluster
 
@@ -90,7 +91,7 @@ def test_bsp_embedding_rounds_equal_large_batch_steps(cluster, opt, k):
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
         xs = tf.reshape(tf.gather(tf.constant(x), w, axis=1), (ROUNDS * k, B, IDS))
         ys = tf.reshape(tf.gather(tf.constant(y), w, axis=1), (ROUNDS * k, B))
-        return tf.data.Dataset.from_tensor_slices((xs, ys))
+        return without_autotune(tf.data.Dataset.from_tensor_slices((xs, ys)))
 
     strategy = tf_hetero.BSPStrategy(cluster.resolver)
     with strategy.scope():
@@ -126,8 +127,9 @@ def test_embedding_writes_scale_with_rows_touched_not_vocabulary(cluster, capsys
 
     def fn(ctx):
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
-        return tf.data.Dataset.from_tensor_slices((tf.gather(tf.constant(x), w, axis=1),
-                                                   tf.gather(tf.constant(y), w, axis=1)))
+        ds = tf.data.Dataset.from_tensor_slices((tf.gather(tf.constant(x), w, axis=1),
+                                                 tf.gather(tf.constant(y), w, axis=1)))
+        return without_autotune(ds)
 
     strategy = tf_hetero.BSPStrategy(cluster.resolver)
     with strategy.scope():
@@ -169,8 +171,9 @@ def test_hps_strict_densifies_embeddings_and_equals_large_batch_sgd(cluster):
 
     def fn(ctx):
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
-        return tf.data.Dataset.from_tensor_slices((tf.gather(tf.constant(x), w, axis=1),
-                                                   tf.gather(tf.constant(y), w, axis=1)))
+        ds = tf.data.Dataset.from_tensor_slices((tf.gather(tf.constant(x), w, axis=1),
+                                                 tf.gather(tf.constant(y), w, axis=1)))
+        return without_autotune(ds)
 
     strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=per_round)
     with strategy.scope():
@@ -207,8 +210,9 @@ def test_epsp_slack_folds_late_sparse_gradients_and_leaves_untouched_rows(cluste
 
     def fn(ctx):
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
-        return tf.data.Dataset.from_tensor_slices((tf.gather(tf.constant(x), w, axis=1),
-                                                   tf.gather(tf.constant(y), w, axis=1)))
+        ds = tf.data.Dataset.from_tensor_slices((tf.gather(tf.constant(x), w, axis=1),
+                                                 tf.gather(tf.constant(y), w, axis=1)))
+        return without_autotune(ds)
 
     strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="slack", late="fold", quorum=0.6,
                                       round_tasks=N, transfer_factor=None)
