@@ -92,6 +92,11 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         # TF's connect waits for ever, silently, for a task that is not up: bound it first.
         wait_for_cluster(cluster_resolver, connect_timeout(connect_timeout_s, who), who)
         super().__init__(cluster_resolver, variable_partitioner)
+        # Else each per-worker iterator's per-device stage is autotuned and its deletion (at
+        # the end of a fit, or when the context closes) blocks its worker for up to 60 s.
+        from tf_hetero.data import device_datasets_without_autotune
+
+        device_datasets_without_autotune()
         original = self._extended
         self._extended = HeteroExtended(self, cluster_resolver, variable_partitioner)
         self._extended._retrace_functions_for_each_device = (  # pylint: disable=protected-access

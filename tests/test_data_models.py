@@ -163,6 +163,18 @@ def test_dataset_fn_turns_tf_data_autotuning_off():
     assert dataset_fn(batch_size=32)(None).options().autotune.enabled is False
 
 
+def test_device_datasets_without_autotune_wraps_tensorflow_once():
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    from tf_hetero.data import device_datasets_without_autotune
+
+    device_datasets_without_autotune()
+    wrapped = mdi._create_device_dataset
+    device_datasets_without_autotune()
+    assert mdi._create_device_dataset is wrapped and wrapped._tf_hetero_without_autotune
+    assert not hasattr(wrapped.__wrapped__, "_tf_hetero_without_autotune")
+
+
 def test_dataset_fn_is_infinite_and_every_batch_is_full():
     fn = dataset_fn(batch_size=4, data=labels_split(10))
     assert fn(None).cardinality().numpy() == tf.data.INFINITE_CARDINALITY

@@ -281,6 +281,23 @@ def test_shutdown_leaves_no_thread_of_a_finished_run(cluster):
     assert _settled_thread_count() <= first + 2
 
 
+def test_making_a_strategy_turns_autotuning_off_for_the_per_device_datasets(cluster,
+                                                                           monkeypatch):
+    """Each per-worker iterator's per-device stage would otherwise be autotuned, and deleting
+    it (end of fit, context close) blocks its worker for up to 60 s (docs/TF_INTERNALS.md,
+    "Dropped iterators and tf.data autotuning")."""
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    # What the wrapper does to a dataset: tests/test_data_models.py and its doctest (an
+    # iterator made here would register functions on the cluster's tasks).
+    installed = mdi._create_device_dataset  # an earlier strategy of this process installed it
+    original = getattr(installed, "__wrapped__", installed)
+    monkeypatch.setattr(mdi, "_create_device_dataset", original)
+    _strategy("bsp", cluster)
+    assert mdi._create_device_dataset.__wrapped__ is original
+    assert mdi._create_device_dataset._tf_hetero_without_autotune
+
+
 @pytest.mark.parametrize("name,per_execution", [("bsp", 1), ("bsp", 2), ("hps", 1)])
 def test_a_fit_says_how_many_updates_it_makes_and_makes_that_many(cluster, name, per_execution,
                                                                   capsys):

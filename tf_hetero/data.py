@@ -24,11 +24,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import threading
 from typing import Callable
 
 import numpy as np
 
-__all__ = ["Split", "load", "dataset_fn", "without_autotune", "OFFLINE_DATASETS"]
+__all__ = ["Split", "load", "dataset_fn", "without_autotune", "device_datasets_without_autotune",
+           "OFFLINE_DATASETS"]
 
 OFFLINE_DATASETS = ("digits", "mnist1d")
 _DIGITS_PATH = os.path.join(os.path.dirname(__file__), "resources", "digits.npz")
@@ -159,3 +161,49 @@ def without_autotune(dataset):
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)
+
+
+_device_patch_lock = threading.Lock()
+
+
+def device_datasets_without_autotune() -> None:
+    """Turns tf.data autotuning off for the per-device datasets TensorFlow builds inside every
+    multi-device iterator of this process (idempotent).
+
+    A parameter-server per-worker iterator is a ``MultiDeviceIterator`` on the worker: the
+    user's pipeline (which :func:`without_autotune` covers) feeds one small per-device
+    dataset (a generator and a fixed prefetch of 1) that TensorFlow builds with default
+    options, so it is autotuned although it has nothing to tune ("There are no tunable
+    parameters", in its log), and deleting its iterator waits for the autotuning thread's
+    sleep as above. That deletion happens when the context closes, for every iterator still
+    alive (a bench keeps its finished rows alive): measured, ``make demo``'s four rows, then
+    ``LocalCluster.stop``, waited 37 s for the workers' ``CloseContext`` (and 3.8-19 s for two
+    rows), 0.1 s with this installed (docs/TF_INTERNALS.md, "Dropped iterators and tf.data
+    autotuning"). Every tf-hetero strategy installs it when it is made, and the bench before
+    its first row, so that stock PSS rows get it too; call it yourself for stock
+    ``ParameterServerStrategy``. Changes nothing but the autotuning of those per-device
+    stages, which have no tunable parameter. It wraps the module function
+    ``tensorflow.python.data.ops.multi_device_iterator_ops._create_device_dataset``: check
+    it on a TensorFlow upgrade (docs/TF_INTERNALS.md, "Auditing an upgrade").
+
+    >>> device_datasets_without_autotune()
+    >>> import tensorflow as tf
+    >>> from tensorflow.python.data.ops import multi_device_iterator_ops
+    >>> it = multi_device_iterator_ops.OwnedMultiDeviceIterator(
+    ...     tf.data.Dataset.range(4), ["/cpu:0"])
+    >>> it._device_iterators[0]._dataset.options().autotune.enabled
+    False
+    """
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    with _device_patch_lock:
+        create = mdi._create_device_dataset  # pylint: disable=protected-access
+        if getattr(create, "_tf_hetero_without_autotune", False):
+            return
+
+        def create_device_dataset(*args, **kwargs):
+            return without_autotune(create(*args, **kwargs))
+
+        create_device_dataset._tf_hetero_without_autotune = True
+        create_device_dataset.__wrapped__ = create
+        mdi._create_device_dataset = create_device_dataset  # pylint: disable=protected-access

@@ -285,6 +285,9 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
 
     train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
     base, placement, rebalance = split_row(spec)
+    # Stock PSS rows too (tf-hetero strategies install it themselves): the same input path
+    # for every row, and rows kept alive to the end do not hold up the cluster's close.
+    data.device_datasets_without_autotune()
     strategy = registry.make(base, cluster.resolver)
     if placement is not None:  # before any variable exists; rates from the row's profile
         strategy.extended.set_placement(

@@ -108,6 +108,7 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
 
     train_split = data.load(cfg.dataset, "train")
     test_split = data.load(cfg.dataset, "test")
+    data.device_datasets_without_autotune()  # stock PSS too, as in the bench
     strategy = registry.make(cfg.strategy, resolver)
     n = strategy.extended._num_workers  # pylint: disable=protected-access
     with strategy.scope():
