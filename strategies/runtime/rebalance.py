@@ -192,7 +192,7 @@ class Rebalancer:
         if self.placement is not None:  # a scale_ps before this rebalancer: keep its PS set
             controller.active = tuple(self.placement.active)
         self.tasks = 0  # training tasks scheduled so far
-        self.next_at = controller.next_window() * self.engine.num_workers
+        self.next_at = self._window_end(0)
         self._round_index = 0  # monitor.rounds consumed by the last decision
         self._totals = None  # emulated PS counters at the last decision
         self._pool: dict = {}
@@ -217,6 +217,11 @@ class Rebalancer:
     def placement(self):
         """The strategy's placement records (``strategies/runtime/placement.py``), or None."""
         return getattr(self.strategy.extended, "placement", None)
+
+    def _window_end(self, submitted: int) -> int:
+        """The task count at which the next decision is due: the controller's next window
+        (its first two are shorter), in rounds of one task per worker, after ``submitted``."""
+        return submitted + self.controller.next_window() * self.engine.num_workers
 
     # -------------------------------------------------------------- schedule
     def before_task(self, fn, args, kwargs, entry):
@@ -245,7 +250,7 @@ class Rebalancer:
             return entry  # earlier tasks do not fill whole rounds yet: try at the next one
         waited = time.monotonic() - t0
         moved = self.decide()
-        self.next_at = submitted + self.controller.next_window() * self.engine.num_workers
+        self.next_at = self._window_end(submitted)
         self.pauses.append(waited)
         if moved:
             self.invalidate()
@@ -321,7 +326,7 @@ class Rebalancer:
                       "reads. Variables that no optimizer updates are not moved.", flush=True)
         # The window after a scaling is measured afresh on the new set of PS tasks.
         self._round_index = len(self.monitor.rounds)
-        self.next_at = submitted + self.controller.next_window() * self.engine.num_workers
+        self.next_at = self._window_end(submitted)
         self.scalings.append({"active": list(active), "moves": len(moves),
                               "waited_s": waited_s, "move_s": time.monotonic() - t0,
                               "t": self.engine.clock()})
