@@ -154,6 +154,21 @@ def test_summary_table_gives_time_to_target_relative_to_stock_pss():
     assert "| bsp | 0.40 | 1.50 |" in table and "| pss | 1.00 (10.0 s) | 1.00 (12.0 s) |" in table
 
 
+def test_summary_table_with_repeats_uses_each_rows_median_time_to_target():
+    """The row's own ``time_to_target_s`` is that of its median-samples/s run; the bench table
+    and the summary must both give the median over repeats (a one_slow run of 2026-11-27 read
+    pss 52.6 s in the summary, 49.4 s median in the table)."""
+    from tf_hetero.tools.bench import summarize
+    from tf_hetero.tools.scenarios import summary_table
+
+    runs = [_run("pss", 300, 10.0), _run("pss", 200, 14.0, 1), _run("pss", 100, 12.0, 2),
+            _run("bsp", 90, 30.0), _run("bsp", 80, 20.0, 1), _run("bsp", 70, 24.0, 2)]
+    rows = summarize(runs, ("pss", "bsp"), num_classes=10)
+    assert [r["time_to_target_s"] for r in rows] == [14.0, 20.0]  # the median-speed runs
+    assert "| pss | 1.00 (12.0 s) |" in summary_table({"one_slow": rows})
+    assert "| bsp | 0.50 |" in summary_table({"one_slow": rows})  # 12 / 24, not 14 / 20
+
+
 def test_lr_grid_reports_each_strategy_at_its_best_non_diverged_rate():
     from tf_hetero.tools.bench import BenchConfig, format_table, summarize
 
