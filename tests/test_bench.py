@@ -204,3 +204,35 @@ def test_a_row_stopped_by_the_divergence_guard_is_never_the_best_rate():
     (alone,) = summarize(runs[1:], ("hps",), num_classes=10)
     assert alone["diverged"]
     assert "| hps (diverged) |" in format_table([alone], BenchConfig(strategies=("hps",)), 1e3)
+
+
+def test_a_suite_run_in_parts_into_one_out_dir_makes_one_summary(tmp_path, monkeypatch):
+    """``--scenario a`` then ``--scenario b`` into one out-dir: the summary holds both (with
+    the commit each was measured at), and a scenario run again replaces its own column."""
+    from tf_hetero.tools import bench, scenarios
+
+    times = iter([10.0, 20.0, 8.0, 16.0, 12.0, 12.0])
+
+    def fake_run_bench(cfg, failed):  # the cluster part is tested elsewhere; this is the merge
+        return [{"strategy": "pss", "time_to_target_s": next(times)},
+                {"strategy": "bsp", "time_to_target_s": next(times)}]
+
+    monkeypatch.setattr(bench, "run_bench", fake_run_bench)
+    one, two = (scenarios.Scenario(n, n, {"profile": "slow=3:4"}) for n in ("one", "two"))
+    scenarios.run_scenarios([one], str(tmp_path))
+    scenarios.run_scenarios([two], str(tmp_path))
+    md = (tmp_path / "summary.md").read_text()
+    assert "| strategy | one | two |" in md and "| bsp | 0.50 | 0.50 |" in md
+    scenarios.run_scenarios([one], str(tmp_path))
+    assert "| strategy | one | two |" in (tmp_path / "summary.md").read_text()
+    assert "| bsp | 1.00 | 0.50 |" in (tmp_path / "summary.md").read_text()
+    assert set(json.loads((tmp_path / "summary.json").read_text())) == {"one", "two"}
+
+
+def test_summary_of_the_earlier_format_is_read_not_lost(tmp_path):
+    from tf_hetero.tools.scenarios import read_summary
+
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"one_slow": [{"strategy": "pss", "time_to_target_s": 49.4}]}))
+    assert read_summary(str(tmp_path / "summary.json")) == {
+        "one_slow": {"commit": None, "rows": [{"strategy": "pss", "time_to_target_s": 49.4}]}}

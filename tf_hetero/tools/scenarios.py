@@ -27,7 +27,7 @@ import json
 import os
 
 __all__ = ["Scenario", "SCENARIO_DEFAULTS", "DEFAULT_DIR", "load_scenarios", "summary_table",
-           "run_scenarios"]
+           "merge_summary", "read_summary", "run_scenarios"]
 
 #: Settings of every scenario unless its file says otherwise. Calibrated on MNIST-1D: one
 #: sequential SGD run (batch 32, lr 0.02, momentum 0.9) reaches 0.84 test accuracy after
@@ -119,11 +119,81 @@ def summary_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+#: A row's figures kept in ``summary.json`` (medians over repeats).
+_SUMMARY_KEYS = ("time_to_target_s", "samples_per_sec", "efficiency", "final_accuracy")
+
+
+def _commit() -> str | None:
+    """The repository's short commit, or None outside a git checkout (recorded with each
+    scenario: a summary merged from several runs says which tree measured which column)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def merge_summary(earlier: dict, name: str, rows: list[dict], commit: str | None) -> dict:
+    """``summary.json``'s content with scenario ``name`` (re)placed by this run's ``rows``,
+    each row reduced to its medians; earlier scenarios of the same out-dir are kept, so a suite
+    too long for one sitting can be run a few scenarios at a time into one summary.
+
+    >>> s = merge_summary({}, "one_slow", [{"strategy": "pss", "time_to_target_s": 9.0}], "abc")
+    >>> s = merge_summary(s, "classes", [{"strategy": "pss", "time_to_target_s": 7.0}], "def")
+    >>> s = merge_summary(s, "one_slow", [{"strategy": "pss", "time_to_target_s": 8.0}], "def")
+    >>> [(n, e["commit"], e["rows"][0]["time_to_target_s"]) for n, e in s.items()]
+    [('one_slow', 'def', 8.0), ('classes', 'def', 7.0)]
+    """
+    out = dict(earlier)
+    out[name] = {"commit": commit,
+                 "rows": [{"strategy": r["strategy"], **{k: _median(r, k) for k in _SUMMARY_KEYS}}
+                          for r in rows]}
+    return out
+
+
+def read_summary(path: str) -> dict:
+    """``summary.json`` as :func:`merge_summary` writes it ({} if there is none yet); a file of
+    the earlier format (a list of rows per scenario, no commit) is read with commit None."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        data = json.load(f)
+    return {name: entry if isinstance(entry, dict) else {"commit": None, "rows": entry}
+            for name, entry in data.items()}
+
+
+def _write_summary(out_dir: str, summary: dict) -> str:
+    table = summary_table({name: entry["rows"] for name, entry in summary.items()})
+    commits = sorted({entry["commit"] or "unknown" for entry in summary.values()})
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write("Time to target relative to stock PSS (its seconds / the row's; > 1: faster "
+                "than async; medians over repeats)\n\n" + table + "\n\nMeasured at commit "
+                + ", ".join(commits) + " (per scenario: summary.json).\n")
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return table
+
+
 def run_scenarios(scenarios: list[Scenario], out_dir: str, **fixed) -> tuple[dict, dict]:
-    """Runs each scenario (one ``run_bench`` each), writes ``OUT_DIR/summary.{md,json}`` and
-    returns ``(rows per scenario, {"scenario/strategy": error} of rows that failed)``."""
+    """Runs each scenario (one ``run_bench`` each) and returns ``(rows per scenario,
+    {"scenario/strategy": error} of rows that failed)``.
+
+    ``OUT_DIR/summary.{md,json}`` is rewritten after every scenario, merged with the scenarios
+    an earlier run wrote there (:func:`merge_summary`): an interrupted suite keeps what it
+    finished, and ``--scenario a,b`` then ``--scenario c`` into one out-dir make one summary.
+    """
     from tf_hetero.tools.bench import run_bench
 
+    os.makedirs(out_dir, exist_ok=True)
+    summary = read_summary(os.path.join(out_dir, "summary.json"))
+    kept = [name for name in summary if name not in {s.name for s in scenarios}]
+    if kept:
+        print(f"[tf-hetero bench] the summary keeps earlier runs' scenarios in {out_dir}: "
+              + ", ".join(kept), flush=True)
+    commit = _commit()
     results, failures = {}, {}
     for scenario in scenarios:
         where = os.path.join(out_dir, scenario.name)
@@ -132,17 +202,8 @@ def run_scenarios(scenarios: list[Scenario], out_dir: str, **fixed) -> tuple[dic
         failed: dict = {}
         results[scenario.name] = run_bench(cfg, failed)
         failures.update({f"{scenario.name}/{k}": v for k, v in failed.items()})
-    table = summary_table(results)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write("Time to target relative to stock PSS (its seconds / the row's; > 1: faster "
-                "than async; medians over repeats)\n\n" + table + "\n")
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump({name: [{"strategy": r["strategy"],
-                           **{k: _median(r, k) for k in ("time_to_target_s", "samples_per_sec",
-                                                          "efficiency", "final_accuracy")}}
-                          for r in rows]
-                   for name, rows in results.items()}, f, indent=1)
+        summary = merge_summary(summary, scenario.name, results[scenario.name], commit)
+        table = _write_summary(out_dir, summary)
     print("\n" + table + "\n", flush=True)
     if failures:
         print("[tf-hetero bench] rows that failed: " + "; ".join(f"{k}: {v}" for k, v in
