@@ -236,3 +236,23 @@ def test_summary_of_the_earlier_format_is_read_not_lost(tmp_path):
         {"one_slow": [{"strategy": "pss", "time_to_target_s": 49.4}]}))
     assert read_summary(str(tmp_path / "summary.json")) == {
         "one_slow": {"commit": None, "rows": [{"strategy": "pss", "time_to_target_s": 49.4}]}}
+
+
+def test_contract_matrix_reads_each_cell_from_the_junit_report():
+    """benchmarks/contract_matrix.py: the closing note's case x strategy matrix is built from the
+    test run's report, so a failing or unrecorded cell shows as FAIL, never as a pass."""
+    import doctest
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "contract_matrix", os.path.join(REPO, "benchmarks", "contract_matrix.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert doctest.testmod(module).failed == 0
+    xml = ('<testsuites><testsuite><testcase name="test_compatibility[tensors-bsp]"/>'
+           '<testcase name="test_compatibility[tensors-pss]"><skipped/></testcase>'
+           '</testsuite></testsuites>')
+    assert module.cells(xml) == {("tensors", "bsp"): "FAIL: passed without recording its cell",
+                                 ("tensors", "pss"): "skipped"}
