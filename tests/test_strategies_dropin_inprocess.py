@@ -416,7 +416,7 @@ def _threads(prefix):
 
 
 @pytest.mark.parametrize("name", ["epspslack", "hps", "ssp"])
-def test_repeated_fits_leave_no_thread_running(cluster, name):
+def test_repeated_fits_leave_no_thread_running(cluster, name, record_property):
     import tf_hetero.strategies.runtime.watchdog as watchdog
 
     strategy = _strategy(name, cluster)
@@ -424,7 +424,9 @@ def test_repeated_fits_leave_no_thread_running(cluster, name):
     after_first = _settled_thread_count()
     for _ in range(4):
         _fit(strategy)
-    assert _settled_thread_count() <= after_first  # 5 fits: no thread added per fit
+    after_fifth = _settled_thread_count()
+    record_property("threads", f"after fit 1: {after_first}, after fit 5: {after_fifth}")
+    assert after_fifth <= after_first  # 5 fits: no thread added per fit
     # The engine ticker (EPSP's deadlines) ends once the engine is idle.
     assert wait_until(lambda: not _threads("tf-hetero-engine-tick"),
                     watchdog.TICKER_IDLE_EXIT_S + 5)
