@@ -124,13 +124,16 @@ _SUMMARY_KEYS = ("time_to_target_s", "samples_per_sec", "efficiency", "final_acc
 
 
 def _commit() -> str | None:
-    """The repository's short commit, or None outside a git checkout (recorded with each
-    scenario: a summary merged from several runs says which tree measured which column)."""
+    """The short commit of the checkout this module runs from, or None when it is not in one
+    (recorded with each scenario: a summary merged from several runs says which tree measured
+    which column). Asked in this file's folder, not the working directory, which may be any
+    other repository of the user's."""
     import subprocess
 
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=True)
+                             text=True, timeout=10, check=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
