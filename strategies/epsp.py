@@ -27,7 +27,8 @@ built from the round engine's policies (:mod:`tf_hetero.policies`) and component
    :class:`~tf_hetero.policies.TransferAfter`): when the round has no task
    left to hand out, an idle pioneer gets a copy of a task that has run ``transfer_factor`` x
    the typical projected task time; the first copy to finish wins and the other copy's
-   gradient is never applied (copies write separate accumulator lanes).
+   gradient is never applied (copies write separate accumulator lanes). A closure cannot be
+   cancelled, so the beaten copy's worker sits the next enforced round out while it finishes.
 4. **Enforced sync**: a round closes when all its tasks are in; with no stragglers this is
    large-batch SGD, exactly as BSP.
 5. **Slack sync** (:class:`~tf_hetero.policies.SlackSync`): a round may close when

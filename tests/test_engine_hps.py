@@ -97,14 +97,26 @@ def test_speed_proportional_rejects_impossible_settings(bad):
 
 
 def test_smoothed_time_at_the_shipped_alpha_follows_a_slowdown_and_ignores_one_slow_task():
-    from tf_hetero.policies.estimate import DEFAULT_ALPHA
+    from tf_hetero.policies.estimate import DEFAULT_ALPHA, SHIFT
 
     assert SpeedProportional(4).alpha == DEFAULT_ALPHA  # what H-PS ships
-    slow = [1.0] + [0.1] * 10 + [0.4] * 5
-    assert smoothed_time(slow) > 0.85 * 0.4  # 5 slow tasks (one round of shares): within 15%
-    assert smoothed_time(slow[:-3]) < 0.3  # 2 slow tasks: not yet
+    slow = [1.0] + [0.1] * 10 + [0.4] * 2
+    assert smoothed_time(slow) == pytest.approx(0.4)  # two 4x tasks: the new level at once
+    assert smoothed_time(slow[:-1]) == pytest.approx(0.1)  # one: not yet
     jitter = [1.0] + [0.1] * 10 + [0.15]  # one task 50% slow (jitter) moves it by 15% only
     assert smoothed_time(jitter) == pytest.approx(0.115)
+    assert SHIFT > 1.5
+
+
+def test_one_transient_slow_task_leaves_the_estimate_and_a_recovery_is_taken_at_once():
+    # The transient scenario (10% of tasks 5x slow): plain smoothing raised the estimate
+    # 2.2x on one slow task and shrank that worker's share for rounds.
+    spike = [1.0] + [0.1] * 10 + [0.5] + [0.1] * 2
+    assert smoothed_time(spike) == pytest.approx(0.1)
+    assert smoothed_time(spike, shift=None) > 0.15  # what the rule removes
+    recovered = [1.0] + [0.4] * 6 + [0.1]
+    assert smoothed_time(recovered) == pytest.approx(0.1)
+    assert smoothed_time(recovered, shift=None) > 0.3
 
 
 def test_a_stall_of_the_whole_cluster_in_the_first_warm_tasks_does_not_even_out_speeds():

@@ -12,14 +12,28 @@ late function registration, a collection in the chief) otherwise seeded every wo
 and, at ``alpha`` 0.3, still weighed ~10% after six more tasks: speeds looked even and shares
 and speed groups stayed wrong for a dozen tasks (seen in CI).
 
+Shift rule: a task more than ``SHIFT`` times slower than the estimate is a level shift only
+when the next task is too; a lone one is left out. One 5x task otherwise raised the estimate
+2.2x at ``alpha`` 0.3 and its worker's share stayed too small for several rounds while the
+others waited for nothing (the ``transient`` scenario, 10% of tasks 5x slow: H-PS and EPSP
+fell below plain BSP). A confirmed shift, and any task more than ``SHIFT`` times *faster*
+than the estimate, replace the estimate at once: a worker cannot run faster than it can, so
+a fast task is evidence, and a worker that recovers gets its share back in one round.
+
 >>> warm([1.0, 0.1, 0.2])
 [0.1, 0.2]
->>> smoothed_time([1.0, 0.1, 0.1, 0.1, 0.4], alpha=0.5)
-0.25
+>>> smoothed_time([1.0, 0.1, 0.1, 0.1, 0.15], alpha=0.5)
+0.125
 >>> round(smoothed_time([1.0, 0.9, 0.1, 0.1, 0.1]), 6)  # a stall in the first warm task is not kept
 0.1
 >>> smoothed_time([1.0])    # only the warm-up task is known
 1.0
+>>> round(smoothed_time([1.0, 0.1, 0.1, 0.1, 0.5, 0.1]), 6)  # one 5x task: left out
+0.1
+>>> smoothed_time([1.0, 0.1, 0.1, 0.1, 0.5, 0.4])  # two slow tasks: the new level
+0.45
+>>> smoothed_time([1.0, 0.4, 0.4, 0.4, 0.1])  # a fast task: taken at once
+0.1
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["WARMUP_TASKS", "SEED_TASKS", "DEFAULT_ALPHA", "warm", "smoothed_time", "Projection",
+__all__ = ["WARMUP_TASKS", "SEED_TASKS", "DEFAULT_ALPHA", "SHIFT", "warm", "smoothed_time", "Projection",
            "StragglerProjection"]
 
 #: Tasks per worker that include tracing and are left out of estimates.
@@ -39,6 +53,10 @@ SEED_TASKS = 3
 #: Weight of the newest task in the smoothed estimate: 0.3 follows a 4x slowdown within one
 #: round (colab/hps.ipynb) while jitter between equal workers (10-15% here) moves no share.
 DEFAULT_ALPHA = 0.3
+#: Ratio of a task's time to the estimate beyond which the task is a level shift (or a lone
+#: slow task), not jitter: 2 leaves jitter between equal workers (10-15%) and the fixed
+#: per-task costs of a shrinking share (~20% per unit) to the smoothing.
+SHIFT = 2.0
 
 
 def warm(durations: Sequence[float]) -> list[float]:
@@ -46,19 +64,32 @@ def warm(durations: Sequence[float]) -> list[float]:
     return list(durations[WARMUP_TASKS:])
 
 
-def smoothed_time(durations: Sequence[float], alpha: float = DEFAULT_ALPHA) -> float:
+def smoothed_time(durations: Sequence[float], alpha: float = DEFAULT_ALPHA,
+                  shift: float | None = SHIFT) -> float:
     """Exponentially smoothed task time of the warm tasks (the newest weighs ``alpha``),
-    seeded by the median of the first ``SEED_TASKS`` of them; NaN when nothing is known.
+    seeded by the median of the first ``SEED_TASKS`` of them, with the shift rule (module
+    docstring; ``shift=None``: plain smoothing); NaN when nothing is known.
 
     >>> smoothed_time([]) != smoothed_time([])  # NaN: not measured yet
     True
+    >>> round(smoothed_time([1.0, 0.1, 0.1, 0.1, 0.5], shift=None), 2)  # plain: 0.3 x 0.5 + 0.7 x 0.1
+    0.22
     """
     d = warm(durations) or list(durations)
     if not d:
         return math.nan
     est = float(np.median(d[:SEED_TASKS]))
+    held = None  # a slow task not yet confirmed by the next one
     for x in d[SEED_TASKS:]:
-        est = alpha * x + (1 - alpha) * est
+        if shift is not None and x > shift * est:
+            if held is None:
+                held = x
+                continue
+            est, held = (held + x) / 2, None  # confirmed: the new level
+        elif shift is not None and x * shift < est:
+            est, held = x, None
+        else:
+            est, held = alpha * x + (1 - alpha) * est, None
     return est
 
 
