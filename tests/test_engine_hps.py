@@ -108,15 +108,20 @@ def test_smoothed_time_at_the_shipped_alpha_follows_a_slowdown_and_ignores_one_s
     assert SHIFT > 1.5
 
 
-def test_one_transient_slow_task_leaves_the_estimate_and_a_recovery_is_taken_at_once():
+def test_one_transient_slow_or_fast_task_leaves_the_estimate_and_two_in_a_row_move_it():
     # The transient scenario (10% of tasks 5x slow): plain smoothing raised the estimate
     # 2.2x on one slow task and shrank that worker's share for rounds.
     spike = [1.0] + [0.1] * 10 + [0.5] + [0.1] * 2
     assert smoothed_time(spike) == pytest.approx(0.1)
     assert smoothed_time(spike, shift=None) > 0.15  # what the rule removes
-    recovered = [1.0] + [0.4] * 6 + [0.1]
+    partial = [1.0] + [0.4] * 6 + [0.1] + [0.4]  # e.g. an epoch's last task, half empty
+    assert smoothed_time(partial) == pytest.approx(0.4)
+    assert smoothed_time(partial, shift=None) < 0.35
+    recovered = [1.0] + [0.4] * 6 + [0.1] * 2
     assert smoothed_time(recovered) == pytest.approx(0.1)
-    assert smoothed_time(recovered, shift=None) > 0.3
+    assert smoothed_time(recovered, shift=None) > 0.2
+    mixed = [1.0] + [0.1] * 4 + [0.5, 0.02, 0.1]  # a slow then a fast outlier: neither kept
+    assert smoothed_time(mixed) == pytest.approx(0.1)
 
 
 def test_a_stall_of_the_whole_cluster_in_the_first_warm_tasks_does_not_even_out_speeds():
