@@ -50,16 +50,17 @@ def test_measured_runs_cover_three_scenarios():
 
 
 #: Cells the simulator misses, with the measured numbers (strict: a cell that comes within
-#: tolerance must be taken off this list). docs/SIMULATOR.md, "Validation".
-KNOWN_MISSES = {
-    ("hpspipe", "classes"): "measured 420 samples/s, simulated 491 (+17.0%): the H-PS buffer "
-                            "path's push cost, fitted on one_slow, is too low on classes "
-                            "(hpsint +14.0%, hpsfp +11.6% there too)",
-    ("ssp", "midrun"): "measured 661 samples/s, simulated 794 (+20.1%): SSP applies on the "
-                       "chief since 2026-11-26, its rows were measured again that day, the "
-                       "others are from 2026-11-23; in the same run pss read 4.7% and dynsgd "
-                       "8.8% below their stored rows, and SSP's gated workers wait for the "
-                       "slowest one's apply, which the cost model charges less than measured",
+#: tolerance must be taken off this list). docs/SIMULATOR.md, "Validation". Empty since the
+#: runs of 2026-11-27 (the two misses of 2026-11-26, hpspipe on classes +17.0% and ssp on
+#: midrun +20.1%, came within tolerance: +10.8% and -6.3%).
+KNOWN_MISSES: dict = {}
+
+#: Scenarios whose ranking the simulator gets wrong, and why (strict, as KNOWN_MISSES).
+KNOWN_MISORDERS = {
+    "classes": "grouped measured 568 samples/s, hpsfp 487 and hpsint 489 (16-17% apart); "
+               "simulated 549 against 550 and 550: the H-PS buffer path's push cost, fitted "
+               "on one_slow, is too low on classes (hpsfp +13.0%, hpsint +12.4%, hpspipe "
+               "+10.8% there)",
 }
 
 
@@ -78,7 +79,9 @@ def test_simulated_samples_per_sec_within_tolerance_of_measured(compared, scenar
 
 
 @pytest.mark.parametrize("scenario", ["one_slow", "classes", "midrun"])
-def test_simulation_ranks_strategies_as_measured(compared, scenario):
+def test_simulation_ranks_strategies_as_measured(compared, scenario, request):
+    if scenario in KNOWN_MISORDERS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISORDERS[scenario]))
     assert validate.misordered(compared[scenario]) == []
 
 

@@ -49,6 +49,13 @@ ROW_KEYS = ("strategy", "samples_per_sec", "efficiency", "time_to_target_s", "fi
             "bytes_from_ps_per_sample", "learning_rate", "mean_staleness")
 
 
+#: Quantiles of the step jitter kept (percentiles). The simulator draws between them linearly,
+#: which gives each gap 1/(k-1) of the draws: with 21 the gap from the 95th percentile to the
+#: maximum (one 0.25 s stall among 3,168 steps) drew 5% of the steps and the mean delay was
+#: 9.3 ms against 6.1 ms measured; with 101 it is 5.7 ms.
+JITTER_QUANTILES = 101
+
+
 def _per_worker(timeline, workers):
     out = [[] for _ in range(workers)]
     for w, start, end, _ in sorted(timeline, key=lambda r: r[1]):
@@ -144,7 +151,7 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
                          - task_s),
         first_task_s=max(0.0, median(firsts, "first_task_s")),
         jitter_quantiles_s=tuple(float(x) for x in np.quantile(
-            jitter or [0.0], np.linspace(0.0, 1.0, 21))),
+            jitter or [0.0], np.linspace(0.0, 1.0, JITTER_QUANTILES))),
         apply_s=max(0.0, median([b["apply"] * 1e-3 for b in breakdowns], "apply_s")),
         first_apply_s=max(0.0, median(first_apply, "first_apply_s (bsp, epsp, hps)")),
         setup_s=median([r["setup_s"] for r in rows], "setup_s"),
