@@ -17,9 +17,10 @@ shift only when the next task is too (on the same side); a lone one is left out,
 shift replaces the estimate at once. One 5x task otherwise raised the estimate 2.2x at
 ``alpha`` 0.3 and its worker's share stayed too small for several rounds while the others
 waited for nothing (the ``transient`` scenario, 10% of tasks 5x slow: H-PS and EPSP fell
-below plain BSP). Fast tasks need the confirmation too: a task that read fewer samples than
-its size (an epoch's last, partial round) looks fast per sample, and taken at once it gave
-its worker a share it could not finish in time (seen in a measured EPSP slack run).
+below plain BSP). Fast tasks need the confirmation too: taking one at once, a first version
+gave a worker shares it could not finish after a task that looked fast per sample (a measured
+EPSP slack run dropped 64 of 439 tasks; why that task looked fast, e.g. a partial batch at an
+epoch's end, was not established).
 
 >>> warm([1.0, 0.1, 0.2])
 [0.1, 0.2]
@@ -44,8 +45,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["WARMUP_TASKS", "SEED_TASKS", "DEFAULT_ALPHA", "SHIFT", "warm", "smoothed_time", "Projection",
-           "StragglerProjection"]
+__all__ = ["WARMUP_TASKS", "SEED_TASKS", "DEFAULT_ALPHA", "SHIFT", "warm", "smoothed_time",
+           "Projection", "StragglerProjection"]
 
 #: Tasks per worker that include tracing and are left out of estimates.
 WARMUP_TASKS = 1
@@ -55,7 +56,7 @@ SEED_TASKS = 3
 #: round (colab/hps.ipynb) while jitter between equal workers (10-15% here) moves no share.
 DEFAULT_ALPHA = 0.3
 #: Ratio of a task's time to the estimate beyond which the task is a level shift (or a lone
-#: slow task), not jitter: 2 leaves jitter between equal workers (10-15%) and the fixed
+#: outlier), not jitter: 2 leaves jitter between equal workers (10-15%) and the fixed
 #: per-task costs of a shrinking share (~20% per unit) to the smoothing.
 SHIFT = 2.0
 
