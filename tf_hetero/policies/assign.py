@@ -93,15 +93,15 @@ class ElasticParallelism:
                 "projection": {w: (p.expected_s, p.spread_s) for w, p in proj.items()},
                 "expected_s": expected}
         if self.batches is not None:  # one sized task per participant
-            if not self.keep_stragglers and any(w in ctx.busy for w in participants) and \
-                    any(w in ctx.idle for w in participants):
+            busy = tuple(w for w in participants if w in ctx.busy)
+            if busy and not self.keep_stragglers and len(busy) < len(participants):
                 # A worker still busy when an enforced round opens is running a task that a
                 # transferred copy already won; a share sized for it would start only when
                 # that task ends and hold this round too (seen in the transient scenario: a
                 # 5x task then cost two rounds). It sits the round out; the others split
                 # the global batch.
-                info["busy"] = tuple(w for w in participants if w in ctx.busy)
-                participants = [w for w in participants if w in ctx.idle]
+                info["busy"] = busy
+                participants = [w for w in participants if w not in busy]
                 info["participants"] = tuple(participants)
             chosen = set(participants)
             sized = self.batches.plan(RoundContext(
