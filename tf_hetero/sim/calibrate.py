@@ -10,6 +10,10 @@ validation compares (docs/SIMULATOR.md):
   median (how much a step varies), on the same rows;
 - ``local_push_s``: the same excess on rows with H-PS's buffer path (hpsfp, hpsint,
   hpspipe; device time from each worker's mean step size), minus ``task_s``;
+  ``local_push_jitter_s``: how much more those rows' steps vary than the rows that size
+  their tasks the same way without the buffer path (hps, hpsoverlap): the square root of the
+  difference of their variances, each a robust one (interquartile range / 1.349), so a rare
+  stall does not count as the push's spread (no such rows: the value is kept);
 - ``first_task_s``: a worker's first step beyond its usual time (median over rows, workers);
 - ``dispatch_s``: the round breakdown's mean dispatch wait is ``dispatch_s (N + 1) / 2``
   when the chief launches a round's N closures one at a time;
@@ -38,7 +42,7 @@ import numpy as np
 from tf_hetero.emulation.profile import Profile
 from tf_hetero.sim.costs import CostModel, DeviceTimes
 
-__all__ = ["fit", "fit_file", "slim"]
+__all__ = ["fit", "fit_file", "slim", "robust_sd"]
 
 #: Keys of a bench row kept in a slim copy (benchmarks/measured/): what calibration and
 #: validation read.
@@ -92,6 +96,17 @@ def _excess(row, cfg, device, sized: bool):
     return out
 
 
+def robust_sd(xs) -> float:
+    """A standard deviation that ignores the tails: interquartile range / 1.349 (equal to
+    the standard deviation for a normal sample).
+
+    >>> round(robust_sd([0.0, 1.0, 2.0, 3.0, 100.0]), 3)
+    1.483
+    """
+    q1, q3 = np.percentile(xs, [25, 75])
+    return float(q3 - q1) / 1.349
+
+
 def fit(bench: dict, base: CostModel | None = None) -> CostModel:
     """A :class:`~tf_hetero.sim.costs.CostModel` fitted from ``bench`` (a bench JSON)."""
     from tf_hetero.strategies import registry
@@ -105,13 +120,15 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
                          "benchmarks/measured/one_slow.json).")
     n = cfg["workers"]
     device = DeviceTimes(Profile.parse(cfg["profile"]), n)
-    kinds = {}
+    kinds, assigns = {}, {}
     for r in rows:
         c = registry.engine_config(r["strategy"], n)
         kinds[r["strategy"]] = ("local" if c.local is not None else "stock" if not c.uses_engine
                                 else "sized" if c.granule else "engine")
+        assigns[r["strategy"]] = type(c.assign)
     excess = {k: [] for k in ("stock", "engine", "local", "sized")}
     firsts, jitter = [], []
+    spreads = {}  # sized and buffer-path rows: each step's excess minus its worker's median
     for r in rows:
         kind = kinds[r["strategy"]]
         got = _excess(r, cfg, device, sized=kind in ("local", "sized"))
@@ -119,6 +136,16 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
         firsts += [f for _, f, _ in got]
         if kind in ("stock", "engine"):  # exact device times: the spread is the step's own
             jitter += [x for _, _, spread in got for x in spread]
+        else:
+            spreads[r["strategy"]] = [x for _, _, spread in got for x in spread]
+    # The buffer path's own spread, against the rows that size their tasks alike without it
+    # (their spread holds the same step jitter and size changes).
+    local = [x for s, xs in spreads.items() if kinds[s] == "local" for x in xs]
+    local_assigns = {assigns[s] for s in spreads if kinds[s] == "local"}
+    alike = [x for s, xs in spreads.items()
+             if kinds[s] == "sized" and assigns[s] in local_assigns for x in xs]
+    push_jitter = (float(np.sqrt(max(0.0, robust_sd(local) ** 2 - robust_sd(alike) ** 2)))
+                   if len(local) > 3 and len(alike) > 3 else base.local_push_jitter_s)
 
     def median(xs, name):
         if not xs:
@@ -149,6 +176,7 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
         task_s=task_s,
         local_push_s=max(0.0, median(excess["local"], "local_push_s (hpsfp, hpsint, hpspipe)")
                          - task_s),
+        local_push_jitter_s=push_jitter,
         first_task_s=max(0.0, median(firsts, "first_task_s")),
         jitter_quantiles_s=tuple(float(x) for x in np.quantile(
             jitter or [0.0], np.linspace(0.0, 1.0, JITTER_QUANTILES))),

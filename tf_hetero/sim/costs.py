@@ -9,6 +9,7 @@ its ``t``-th step there, lasts::
     + link_us_per_byte[w] * (read bytes + pushed bytes)  (profile ``link=``, in series)
     + PS wait and service: bytes / num_ps * ps_s_per_byte on each PS, a FIFO server
     + local_push_s + codec bytes over the link and PS  (H-PS buffer path, when it pushes)
+      + a normal draw of spread local_push_jitter_s      (that push varies on its own)
     + first_task_s                                      (a worker's first step: tracing)
     + a random delay drawn from jitter_quantiles_s      (what a real step varies by)
 
@@ -56,6 +57,12 @@ class CostModel:
     stock_s: float = 0.012
     task_s: float = 0.020
     local_push_s: float = 0.020
+    #: How much an H-PS buffer-path push varies on its own (a normal draw of this standard
+    #: deviation per push, never below -local_push_s): the push is TF work after the step
+    #: (read the buffer, encode, send, add on the PS) on the shared CPU, so its time
+    #: varies beside the step's. Without it the simulated buffer path was 10-13% too fast
+    #: on held-out profiles: its rounds wait at the barrier for the slowest push.
+    local_push_jitter_s: float = 0.0
     first_task_s: float = 0.4
     apply_s: float = 0.017
     first_apply_s: float = 0.35

@@ -89,6 +89,8 @@ class SimDispatcher:
         self._ps_free = [0.0] * num_ps
         self._traced = set()  # closure kinds whose function was traced already
         self._rng = np.random.default_rng(seed)  # the steps' jitter, reproducible
+        # Buffer-path pushes draw from their own stream, so the rows without them keep theirs.
+        self._push_rng = np.random.default_rng([seed, 1])
         self._jitter = iter(())
         self.bytes_to_ps = 0.0
         self.bytes_from_ps = 0.0
@@ -187,7 +189,7 @@ class SimDispatcher:
         push_bytes = self.param_bytes * self.push_ratio if pushes else 0.0
         if task.drain:  # a push-only closure: no step, no data
             self.bytes_to_ps += push_bytes
-            return (costs.task_s + self._first("drain") + costs.local_push_s
+            return (costs.task_s + self._first("drain") + self._push_s()
                     + push_bytes * link + self._ps_s(push_bytes))
         t = self._steps[worker]
         self._steps[worker] += 1
@@ -201,8 +203,16 @@ class SimDispatcher:
         return (max(0.0, (costs.task_s if self.engine_path else costs.stock_s) + self._delay())
                 + device
                 + (costs.first_task_s if t == 0 else 0.0)
-                + (costs.local_push_s if pushes else 0.0)
+                + (self._push_s() if pushes else 0.0)
                 + (read_bytes + push_bytes) * link + self._ps_s(read_bytes + push_bytes))
+
+    def _push_s(self) -> float:
+        """One buffer-path push: its median time plus its own normal variation."""
+        c = self.costs
+        if not c.local_push_jitter_s:
+            return c.local_push_s
+        return c.local_push_s + max(-c.local_push_s,
+                                    float(self._push_rng.normal(0.0, c.local_push_jitter_s)))
 
     def _delay(self) -> float:
         """A step's random delay around its median, from the measured quantiles (drawn in
