@@ -59,7 +59,9 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.applier = ChiefApplier(self)
         self.dispatcher = ClosureDispatcher(self, self.tracer)
         self._async_errors = 0  # errors that reached the user, without an engine (ASP)
-        self.losses = LossWatch(self)  # asynchronous steps: a diverging loss stops the fit
+        # Every training step's loss: a diverging or collapsed fit stops (runtime/divergence.py).
+        self.losses = LossWatch(self, applied_on_worker=(
+            self.engine is None or not self.engine.rounds_mode))
         # Deadlines and task transfer need time to pass: a ticker runs while the engine has
         # work (started by schedule, ends once idle).
         self.ticker, self.ticker_lock = None, threading.Lock()
@@ -97,8 +99,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             source = (fn, args, kwargs)
         closure = self.dispatcher.task_closure(source)
         remote_value = closure.build_output_remote_value()
-        if not self.engine.rounds_mode:  # async under a gate: each step applied on its worker
-            self.losses.keep(closure, remote_value)
+        self.losses.keep(closure, remote_value)
         self._make_fetch_start_rounds(remote_value)
         try:
             self.engine.submit(closure)  # dispatch() attaches the engine's Task to the closure

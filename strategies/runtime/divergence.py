@@ -1,10 +1,12 @@
-"""The loss check of steps that apply on their own (ASP; an ``EngineConfig`` with async sync
-and a gate): a diverging fit stops.
+"""The loss check of every training step: a diverging or collapsed fit stops.
 
-Round strategies check each round's mean gradient in its apply (the engine's
-:class:`~tf_hetero.policies.diverge.DivergenceGuard`). Asynchronous steps update the
-variables on their worker, as stock TF does, so there the check reads the loss each step
-returns (``model.fit``'s logs, or a custom step's scalar result):
+Round strategies also check each round's mean gradient in its apply (the engine's
+:class:`~tf_hetero.policies.diverge.DivergenceGuard`). Asynchronous steps (ASP; an
+``EngineConfig`` with async sync and a gate) update the variables on their worker, as stock
+TF does, so for them the loss is the only check. Every strategy's steps go through the loss
+check, which also sees a collapse (the loss back at its start after it came down: finite,
+small gradients; policies/diverge.py). The loss is the one each step returns
+(``model.fit``'s logs, or a custom step's scalar result):
 
 - ``schedule`` keeps the step's result on its closure tag (:meth:`LossWatch.keep`). TF's
   worker thread copies a closure's result to the chief after running it, but only while
@@ -34,9 +36,9 @@ __all__ = ["LossWatch"]
 class LossWatch:
     """Checks every asynchronous training step's loss (one per coordinator)."""
 
-    def __init__(self, coordinator):
+    def __init__(self, coordinator, applied_on_worker: bool = True):
         self.coordinator = coordinator
-        self.guard = LossGuard()
+        self.guard = LossGuard(applied_on_worker=applied_on_worker)
         self.lock = threading.Condition()
         self.steps = 0
         # Steps scheduled before the last reset are not checked: the fit they belonged to
