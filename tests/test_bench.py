@@ -88,6 +88,20 @@ def test_summary_takes_the_median_run_and_reports_the_range():
     assert "| bsp | 0.02 | 55 [50-60] |" in table and "| not reached |" in table
 
 
+def test_a_row_that_computed_more_samples_than_the_budget_is_named_under_the_table():
+    from tf_hetero.tools.bench import BenchConfig, format_table, summarize
+
+    cfg = BenchConfig(strategies=("epsp",), tasks=40, steps_per_epoch=20, batch_size=8)
+    exact, more = _run("pss", 100, 2.0), _run("epsp", 90, 1.5)
+    exact["samples_per_worker"], more["samples_per_worker"] = [160, 160], [200, 210]
+    table = format_table(summarize([exact, more], ("pss", "epsp")), cfg, 1000.0)
+    assert "| 1/1 | 320 |" in table and "| 1/1 | 410 |" in table
+    assert table.endswith("Samples computed other than the budget (40 x 8 = 320): epsp 410; "
+                          "their final accuracy is at that many samples.")
+    exact_only = format_table(summarize([exact], ("pss",)), cfg, 1000.0)
+    assert "Samples computed other" not in exact_only
+
+
 def test_bench_config_rejects_unknown_strategy_and_adds_the_reference():
     from tf_hetero.tools.bench import BenchConfig
 
