@@ -94,8 +94,11 @@ class Simulation:
 
     def _schedule(self):
         """The bench's learning rate: linear rule, optional warm-up over updates."""
-        peak, warmup = self.lr, getattr(self.cfg, "warmup_updates", 0)
-        if warmup <= 1 or self.per_update <= 1:
+        from tf_hetero.tools.bench import warmup_updates  # TF-free: one rule for both
+
+        peak = self.lr
+        warmup = warmup_updates(getattr(self.cfg, "warmup_updates", 0), self.per_update)
+        if warmup <= 1:
             return peak
         return lambda step: peak * min(1.0, (step + 1) / warmup)
 

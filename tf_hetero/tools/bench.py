@@ -64,7 +64,7 @@ import numpy as np
 from tf_hetero.telemetry import perf as metrics
 from tf_hetero.emulation.profile import Profile
 
-__all__ = ["BenchConfig", "run_bench", "format_table"]
+__all__ = ["BenchConfig", "run_bench", "format_table", "warmup_updates"]
 
 #: Strategies and models of the rows already measured (see run_strategy).
 _FINISHED_ROWS: list = []
@@ -97,8 +97,9 @@ class BenchConfig:
     #: each strategy at its best (``--lr-grid``: 0.5, 1, 2).
     lr_factors: tuple = (1.0,)
     #: Updates over which the learning rate ramps up linearly (Goyal et al.) for strategies
-    #: whose update averages more than one micro-batch; 0: none.
-    warmup_updates: int = 0
+    #: whose update averages more than one micro-batch; 0: none; ``None`` (the default): as
+    #: many updates as one update averages micro-batches (:func:`warmup_updates`).
+    warmup_updates: int | None = None
 
     def __post_init__(self):
         from tf_hetero.strategies import registry
@@ -131,8 +132,10 @@ class BenchConfig:
         self.lr_factors = tuple(float(f) for f in self.lr_factors)
         if not self.lr_factors or not all(f > 0 for f in self.lr_factors):
             raise ValueError(f"lr_factors={self.lr_factors!r}: need factors > 0.")
-        if not isinstance(self.warmup_updates, int) or self.warmup_updates < 0:
-            raise ValueError(f"warmup_updates={self.warmup_updates!r}: need an integer >= 0.")
+        if self.warmup_updates is not None and (not isinstance(self.warmup_updates, int)
+                                                or self.warmup_updates < 0):
+            raise ValueError(f"warmup_updates={self.warmup_updates!r}: need an integer >= 0, "
+                             "or None (as many updates as an update averages micro-batches).")
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy={self.target_accuracy!r}: need 0 < t <= 1.")
         Profile.parse(self.profile).check_workers(self.workers)
@@ -226,18 +229,34 @@ def peak_learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0) -
     return cfg.base_lr * per_update * factor
 
 
+def warmup_updates(requested: int | None, per_update: int) -> int:
+    """Updates over which a row's rate ramps up: none when an update is one micro-batch;
+    ``requested`` if given; by default (``None``) as many as one update averages
+    micro-batches, so k x the one-batch rate is reached after k updates (Goyal et al. warm
+    up over 5 epochs; an epoch is arbitrary here, the update's size is not).
+
+    >>> warmup_updates(None, 16), warmup_updates(None, 1), warmup_updates(0, 16), warmup_updates(5, 4)
+    (16, 0, 0, 5)
+    """
+    if per_update <= 1:
+        return 0
+    return per_update if requested is None else requested
+
+
 def learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
     """The SGD learning rate of a row: ``base_lr x micro-batches per update x factor``, ramped
-    up over ``warmup_updates`` updates when an update averages several micro-batches.
+    up linearly over :func:`warmup_updates` updates when an update averages several
+    micro-batches.
 
-    >>> learning_rate(BenchConfig(strategies=("bsp",)), 4)
+    >>> learning_rate(BenchConfig(strategies=("bsp",), warmup_updates=0), 4)
     0.08
-    >>> lr = learning_rate(BenchConfig(strategies=("bsp",), warmup_updates=4), 4)
+    >>> lr = learning_rate(BenchConfig(strategies=("bsp",)), 4)   # warm-up over 4 updates
     >>> [round(float(lr(step)), 3) for step in (0, 1, 3, 10)]
     [0.02, 0.04, 0.08, 0.08]
     """
     peak = peak_learning_rate(cfg, per_update, factor)
-    if cfg.warmup_updates <= 1 or per_update <= 1:
+    ramp_updates = warmup_updates(cfg.warmup_updates, per_update)
+    if ramp_updates <= 1:
         return peak
     import tf_keras as keras
 
@@ -245,11 +264,11 @@ def learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
         def __call__(self, step):
             import tensorflow as tf
 
-            ramp = tf.cast(step + 1, tf.float32) / float(cfg.warmup_updates)
+            ramp = tf.cast(step + 1, tf.float32) / float(ramp_updates)
             return peak * tf.minimum(1.0, ramp)
 
         def get_config(self):
-            return {"peak": peak, "warmup_updates": cfg.warmup_updates}
+            return {"peak": peak, "warmup_updates": ramp_updates}
 
     return WarmUp()
 
@@ -322,7 +341,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     peak_lr = peak_learning_rate(cfg, per_update, lr_factor)
     print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
           f"lr {peak_lr:g}"
-          f"{f' (warm-up {cfg.warmup_updates} updates)' if cfg.warmup_updates > 1 and per_update > 1 else ''}",
+          f"{f' (warm-up {ramp} updates)' if (ramp := warmup_updates(cfg.warmup_updates, per_update)) > 1 else ''}",
           flush=True)
     traffic_before = meter.snapshot() if meter is not None else None
     served_before = servers.totals() if servers is not None else None
@@ -501,7 +520,10 @@ def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
     if len(cfg.lr_factors) > 1:
         spread += (f"; each strategy at its best lr of {', '.join(f'{f:g}' for f in cfg.lr_factors)}"
                    " x the rule")
-    if cfg.warmup_updates > 1:
+    if cfg.warmup_updates is None:
+        spread += ("; lr warm-up over as many updates as an update averages micro-batches "
+                   "(none for one-batch updates)")
+    elif cfg.warmup_updates > 1:
         spread += f"; lr warm-up over {cfg.warmup_updates} updates for multi-micro-batch updates"
     lines = [f"profile `{cfg.profile}`, {cfg.workers} workers / {cfg.ps} PS, model {cfg.model}, "
              f"data {cfg.dataset}, {cfg.tasks} micro-batches x {cfg.batch_size} samples "

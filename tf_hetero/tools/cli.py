@@ -327,9 +327,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--lr-grid", action="store_true",
                        help="run every strategy at 0.5, 1 and 2 x the linear lr rule and "
                             "report each at its best time to target")
-    bench.add_argument("--warmup-updates", type=int, default=0,
+    bench.add_argument("--warmup-updates", type=int, default=None,
                        help="ramp the lr up linearly over this many updates for strategies "
-                            "whose update averages several micro-batches (Goyal et al.)")
+                            "whose update averages several micro-batches (Goyal et al.); "
+                            "default: as many updates as an update averages micro-batches; "
+                            "0: none")
     bench.add_argument("--scenario", default=None,
                        help="a named scenario of --scenario-dir (comma list, or 'all'): its "
                             "file sets the cluster, profile, data and budget; --strategies, "

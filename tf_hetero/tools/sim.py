@@ -49,7 +49,9 @@ def add_arguments(p) -> None:
     p.add_argument("--base-lr", type=float, default=0.02)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--target-accuracy", type=float, default=0.9)
-    p.add_argument("--warmup-updates", type=int, default=0)
+    p.add_argument("--warmup-updates", type=int, default=None,
+                   help="as tf-hetero bench (default: as many updates as an update averages "
+                        "micro-batches; 0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--throughput-only", action="store_true",
                    help="no statistical model (no accuracy; faster at thousands of workers)")
