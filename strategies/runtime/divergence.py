@@ -34,7 +34,7 @@ __all__ = ["LossWatch"]
 
 
 class LossWatch:
-    """Checks every asynchronous training step's loss (one per coordinator)."""
+    """Checks every training step's loss (one per coordinator)."""
 
     def __init__(self, coordinator, applied_on_worker: bool = True):
         self.coordinator = coordinator

@@ -93,7 +93,7 @@ class Simulation:
         self.error: BaseException | None = None
 
     def _schedule(self):
-        """The bench's learning rate: linear rule, optional warm-up over updates."""
+        """The bench's learning rate: the linear rule, warmed up as the bench does."""
         from tf_hetero.tools.bench import warmup_updates  # TF-free: one rule for both
 
         peak = self.lr
