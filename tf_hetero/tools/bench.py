@@ -341,10 +341,9 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=cfg.workers,
                                seed=cfg.seed, data=train)
     peak_lr = peak_learning_rate(cfg, per_update, lr_factor)
+    ramp = warmup_updates(cfg.warmup_updates, per_update)
     print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
-          f"lr {peak_lr:g}"
-          f"{f' (warm-up {ramp} updates)' if (ramp := warmup_updates(cfg.warmup_updates, per_update)) > 1 else ''}",
-          flush=True)
+          f"lr {peak_lr:g}{f' (warm-up {ramp} updates)' if ramp > 1 else ''}", flush=True)
     traffic_before = meter.snapshot() if meter is not None else None
     served_before = servers.totals() if servers is not None else None
     t0 = time.perf_counter()
@@ -507,11 +506,6 @@ def _cell(row: dict, key: str, fmt: str) -> str:
     return text
 
 
-def _samples(row: dict) -> str:
-    """Samples the reported run computed (all workers), or blank if not recorded."""
-    return str(sum(row["samples_per_worker"])) if row.get("samples_per_worker") else ""
-
-
 def _bytes(row: dict, key: str) -> str:
     value = row.get(key)
     return "" if value is None else f"{value:.0f}"
@@ -540,6 +534,8 @@ def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
     off_budget = []
     for r in results:
         round_ms = f"{r['mean_round_ms']:.0f}" if r.get("mean_round_ms") is not None else ""
+        # Samples the reported run computed (all workers); None if not recorded.
+        samples = sum(r["samples_per_worker"]) if r.get("samples_per_worker") else None
         lines.append(
             f"| {r['strategy']}{' (diverged)' if r.get('diverged') else ''} | "
             f"{r['learning_rate']:g} | {_cell(r, 'samples_per_sec', '.0f')} | "
@@ -548,9 +544,9 @@ def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
             f"{_bytes(r, 'bytes_from_ps_per_sample')} | "
             f"{r['rounds']} | {round_ms} | "
             f"{r['dropped_tasks']} | {'/'.join(map(str, r['tasks_per_worker']))} | "
-            f"{_samples(r)} |")
-        if r.get("samples_per_worker") and sum(r["samples_per_worker"]) != budget:
-            off_budget.append(f"{r['strategy']} {sum(r['samples_per_worker'])}")
+            f"{'' if samples is None else samples} |")
+        if samples is not None and samples != budget:
+            off_budget.append(f"{r['strategy']} {samples}")
     lines.append(f"| ideal | | {ideal:.0f} | 1.000 | | | | | | | | | |")
     if off_budget:
         # A fit of the same steps that reads other than steps x batch samples (EPSP whose
