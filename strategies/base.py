@@ -211,7 +211,9 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
                              f"multiple of granularity={c.granule}.")
         #: The dataset's batch size: emulated device time is per such batch (tf_hetero.emulate).
         self.dataset_batch = batch
-        c.assign.set_units(global_batch // c.granule)
+        # A round covers global_batch / batch of fit's steps whoever runs it (the steps
+        # beyond its tasks are absorbed): a fit of S steps reads S batches.
+        c.assign.set_units(global_batch // c.granule, batch // c.granule)
         return dataset
 
     def shutdown(self) -> None:

@@ -21,7 +21,7 @@ class FakeClock:
 
 
 class FakeDispatcher:
-    """Records every call the engine makes to the TF side (all five Dispatcher methods)."""
+    """Records every call the engine makes to the TF side (all six Dispatcher methods)."""
 
     def __init__(self):
         self.calls: list[tuple] = []
@@ -29,6 +29,7 @@ class FakeDispatcher:
         self.applies: list[tuple[int, dict]] = []
         self.folds: list[tuple[int, dict]] = []
         self.cancelled: list[Task] = []
+        self.absorbed: list[tuple[Task, Task]] = []
 
     def dispatch(self, task, worker, round_id):
         self.calls.append(("dispatch", task.id, worker, round_id))
@@ -42,6 +43,10 @@ class FakeDispatcher:
     def cancel(self, task):
         self.calls.append(("cancel", task.id))
         self.cancelled.append(task)
+
+    def absorb(self, task, like):
+        self.calls.append(("absorb", task.id, like.id))
+        self.absorbed.append((task, like))
 
     def duplicate(self, task):
         return ("copy-of", task.payload)

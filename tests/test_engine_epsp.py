@@ -309,3 +309,33 @@ def test_a_worker_still_running_a_task_its_copy_beat_sits_the_next_enforced_roun
     assert {x.pinned for x in r1.tasks} == {0, 1}
     assert sum(x.size for x in r1.tasks) == 6  # the global batch, split by the two others
     assert r1.info["busy"] == (2,) and r1.info["participants"] == (0, 1)
+
+
+@pytest.mark.parametrize("step_units", [2, None])
+def test_a_round_a_straggler_sits_out_still_covers_its_global_batch_of_steps(step_units):
+    # 3 workers, a global batch of 3 steps (2 units each): with worker 2 sitting out, the two
+    # pioneers read all 6 units, so the round covers 3 of fit's steps; the third is absorbed
+    # (ends with the pioneer's result) instead of opening a second round that reads 6 more.
+    # Without step_units (the pre-2026-11-27 behaviour) 9 steps made 5 rounds, not 3.
+    e, d, m, clock = epsp(3, history={0: 0.1, 1: 0.1, 2: 0.4})
+    e.books[0].assign = ElasticParallelism(3, StragglerProjection(window=4), probe_every=100,
+                                           batches=BalancedBatches(6, step_units=step_units))
+    tasks = [e.submit(i) for i in range(9)]
+    e.flush()
+    for _ in range(9):
+        for task, w, _ in list(d.dispatched):
+            if task.state == "dispatched":
+                finish(e, clock, task, w)
+        for r in e.rounds:
+            if r.closed and r.applied < 0:
+                e.apply_finished(r.id, sum(r.lanes.values()))
+    assert e.idle()
+    sizes = [sum(t.size for t in r.tasks) for r in e.rounds]
+    if step_units is None:
+        assert len(e.rounds) == 5 and sum(sizes) > 18  # over budget: the defect
+        return
+    assert len(e.rounds) == 3 and sizes == [6, 6, 6]  # 9 steps x 2 units, no more
+    absorbed = [t for t in tasks if t.state == "absorbed"]
+    assert len(absorbed) == 3 and all(r.info["absorbed"] == 1 for r in e.rounds)
+    for task, like in d.absorbed:  # each ends with a task of its own round
+        assert like in e.rounds[task.round].tasks

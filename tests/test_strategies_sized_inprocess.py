@@ -125,6 +125,11 @@ def test_epsp_pioneers_take_a_left_out_stragglers_share_in_their_one_task(cluste
     for r in out:  # the straggler sits out; the two pioneers read the whole global batch
         assert sorted(t.worker for t in r.tasks) == [0, 1]
         assert sum(t.size for t in r.tasks) == units == r.applied
+        assert len(r.absorbed) == 1  # its step is covered: no extra round for it
+    # The fit's 30 steps read 30 batches: a round covers N steps however many workers split
+    # it (with the straggler's step left over, 10 rounds' worth of steps made 14 rounds).
+    assert len(engine.rounds) == rounds and out[-1] is engine.rounds[-1]
+    assert np.isfinite(model.history.history["loss"][-1])  # its last step was absorbed
     for r in engine.rounds:
         assert len({t.worker for t in r.tasks}) == len(r.tasks)  # one closure per worker
     for got, want in zip(model.get_weights(), _reference(engine, x, y, "momentum")):

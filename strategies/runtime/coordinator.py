@@ -83,7 +83,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         if plan is not None and self.engine is not None and self.engine.rounds_mode:
             groups = len(self.engine.groups) or 1
             print(fitplan.plan_line(type(self.strategy).__name__, workers=self.engine.num_workers,
-                                    groups=groups, **plan), flush=True)
+                                    groups=groups, round_steps=self.engine.round_steps,
+                                    **plan), flush=True)
         if self.engine is None:  # ASP: exactly what stock TF does, plus a tag for the monitor
             closure = self.closure(fn, args, kwargs)
             set_tag(closure, ClosureTag(ClosureKind.ASYNC, fit=self.errors_reached_user))

@@ -16,7 +16,7 @@ from tf_hetero.strategies.runtime.accumulate import NO_ROUND
 from tf_hetero.strategies.runtime.errors import translate
 from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag, tag_of
 
-__all__ = ["ClosureDispatcher"]
+__all__ = ["ClosureDispatcher", "hand_on"]
 
 
 class ClosureDispatcher:
@@ -67,7 +67,16 @@ class ClosureDispatcher:
             self.engine.fail(translate(e))  # e.g. the queue already holds a PS error
 
     def cancel(self, task):
-        task.payload.mark_cancelled()
+        closure = task.payload
+        if closure.maybe_call_with_output_remote_value(lambda r: r._status_available_event.is_set()):  # pylint: disable=protected-access
+            return  # an absorbed step already ended with its round's result
+        closure.mark_cancelled()
+
+    def absorb(self, task, like):
+        """``task``'s step ends with ``like``'s result (:func:`hand_on`, on the worker
+        thread that ran ``like``); it runs nowhere, so its loss is not waited for."""
+        tag_of(like.payload).echoes.append(task.payload)
+        self.coordinator.losses.forget(task.payload)
 
     # ---------------------------------------------------------------- helpers
     def task_closure(self, source):
@@ -135,3 +144,19 @@ class ClosureDispatcher:
             self.coordinator.trace(fn, args)
             self._apply_fns[accumulators] = fn
         return fn
+
+
+def hand_on(closure) -> None:
+    """Ends the steps absorbed into ``closure``'s round (:meth:`ClosureDispatcher.absorb`)
+    with ``closure``'s result, once a worker ran it. The result is the one the loss watch
+    holds for it (TF's closure keeps only a weak reference to it)."""
+    tag = tag_of(closure)
+    echoes, tag.echoes = tag.echoes, []
+    if not echoes:
+        return
+    kept = tag.output[1] if tag.output is not None else None
+    result = kept if kept is not None else closure.maybe_call_with_output_remote_value(
+        lambda r: r)
+    values = getattr(result, "_values", None)
+    for echo in echoes:
+        echo.maybe_call_with_output_remote_value(lambda r: r._set_values(values))  # pylint: disable=protected-access

@@ -61,6 +61,16 @@ class LossWatch:
             self.generation += 1
             self.pending, self.outstanding = {}, 0
 
+    def forget(self, closure) -> None:
+        """``closure`` will not run (its step was absorbed into a round whose other tasks
+        read its samples): no loss of its own to wait for."""
+        tag = tag_of(closure)
+        with self.lock:
+            kept, tag.output = tag.output, None
+            if kept is not None and kept[0] == self.generation:
+                self.outstanding -= 1
+                self.lock.notify_all()
+
     def finished(self, closure, worker: int) -> None:
         """``closure`` ran on ``worker``: its loss is checked at that worker's next step (or
         at ``join``), by when the copy to the chief has arrived: reading it now would hold

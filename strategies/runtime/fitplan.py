@@ -38,10 +38,19 @@ _installed = False
 
 
 def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_execution: int,
-              workers: int, groups: int = 1) -> str:
-    """The fit-start line (``groups``: groups of workers with their own rounds)."""
+              workers: int, groups: int = 1, round_steps: float | None = None) -> str:
+    """The fit-start line (``groups``: groups of workers with their own rounds;
+    ``round_steps``: the tasks' worth of steps a sized round covers, its global batch in
+    dataset batches, whoever runs it; default one per worker).
+
+    >>> plan_line("HPSStrategy", steps=96, epochs=1, per_epoch=96, per_execution=1,
+    ...           workers=4, round_steps=8).split(", one per")[0]
+    '[tf-hetero] HPSStrategy: this fit runs 96 steps as 96 tasks and applies ~12 updates'
+    """
     tasks = math.ceil(steps / per_execution)
     per_round = max(1.0, workers / max(1, groups))  # tasks in one round (mean group size)
+    if round_steps is not None:
+        per_round = float(round_steps)
     updates = math.ceil(tasks / per_round)
     batches = per_round * per_execution
     if batches == 1:  # one-task rounds (SSP, DynSGD): every step is an update of its own

@@ -45,6 +45,9 @@ class ClosureTag:
     #: the user (a worker's own queue keeps it until it runs, cancelled); its failure is then
     #: that fit's echo, not the next fit's error.
     fit: int | None = None
+    #: Closures of steps absorbed into this task's round (``Round.absorbed``): they end with
+    #: this closure's result (workers.py hands it on).
+    echoes: list = dataclasses.field(default_factory=list)
 
     @property
     def internal(self) -> bool:

@@ -14,6 +14,7 @@ import time
 
 from tf_hetero.engine import OVERWRITE
 from tf_hetero.strategies.runtime.accumulate import NO_ROUND, task_code
+from tf_hetero.strategies.runtime.dispatcher import hand_on
 from tf_hetero.strategies.runtime.errors import translate
 from tf_hetero.strategies.runtime.tags import ClosureKind, tag_of
 
@@ -110,6 +111,7 @@ def _instrument(coordinator, worker, attempt, versions):
             return
         if task is not None:
             engine.task_finished(task, w)
+            hand_on(closure)  # the steps its round absorbed end with its result
             if local and task.pushed and not task.stale:
                 monitor.record_push(end)
         elif tag is not None and tag.kind == ClosureKind.ASYNC and error is None:

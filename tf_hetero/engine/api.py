@@ -44,13 +44,18 @@ class Plan:
     ``entries``; ``None``: one unit each -- a unit is a granule of samples, see
     :class:`~tf_hetero.engine.state.Task`), the projected round time and task time per
     worker (read by sync policies and task transfer), and a log of why (``info``, copied to
-    ``Round.info`` for people and reports; the engine never reads it)."""
+    ``Round.info`` for people and reports; the engine never reads it).
+
+    ``steps``: the steps of ``fit`` (queued tasks) the round covers (``None``: one per
+    entry). A sized round covers its global batch's worth of steps however many workers
+    split it; the steps beyond its entries are absorbed (:meth:`Dispatcher.absorb`)."""
 
     entries: list
     info: dict = dataclasses.field(default_factory=dict)
     expected_s: float = math.nan
     task_s: dict = dataclasses.field(default_factory=dict)
     sizes: list | None = None
+    steps: int | None = None
 
     def __post_init__(self):
         if self.sizes is not None and (len(self.sizes) != len(self.entries)
@@ -107,6 +112,11 @@ class Dispatcher(Protocol):
 
     def cancel(self, task) -> None:
         """``task`` will never run (the engine failed)."""
+
+    def absorb(self, task, like) -> None:
+        """``task`` (a step of fit) is covered by ``like``'s round without running: it ends
+        when ``like`` ends, with ``like``'s result (its samples are in the round's tasks).
+        Called before ``like`` is dispatched."""
 
     def duplicate(self, task) -> Any:
         """A second payload running ``task``'s step (task transfer)."""

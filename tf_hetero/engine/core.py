@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import threading
 import time
 from typing import Callable, Sequence
@@ -111,6 +112,8 @@ class RoundEngine:
         self._next_round = 0
         self.rounds: list[Round] = []
         self._running: dict[int, set] = {w: set() for w in range(num_workers)}
+        #: Absorbed steps (``Round.absorbed``) by the task whose end ends them.
+        self._echoes: dict[Task, list] = {}
         self._live = set(range(num_workers))
         self.clocks = {w: 0 for w in range(num_workers)}  # finished tasks per worker
         #: Rounds mode with a gate: tasks per worker whose update has been applied (what the
@@ -150,6 +153,12 @@ class RoundEngine:
                              "'rounds', or the single book 'async'.")
 
     # ------------------------------------------------------------------ fit side
+    @property
+    def round_steps(self) -> float | None:
+        """Steps of fit one round covers when its assignment policy says (sized rounds:
+        the global batch in dataset batches), else ``None`` (one per task)."""
+        return getattr(self.books[0].assign, "round_steps", None)
+
     @property
     def rounds_mode(self) -> bool:
         return self.books[0].sync.mode == "rounds"
@@ -251,6 +260,7 @@ class RoundEngine:
         with self._lock, self._reporting():
             task.t_end = self.clock()
             self._running[worker].discard(task)
+            self._echoes.pop(task, None)  # the dispatcher gave them its result
             self.clocks[worker] += 1
             if task.round is None:  # async: applied by the task itself
                 task.state = S.DONE
@@ -365,6 +375,10 @@ class RoundEngine:
                 self._error = error
             while self._pending:
                 self.dispatcher.cancel(self._pending.popleft())
+            for echoes in self._echoes.values():  # steps that would end with a task that won't
+                for task in echoes:
+                    self.dispatcher.cancel(task)
+            self._echoes.clear()
             for book in self.books:
                 for rnd in (book.open, book.applying, book.queued):
                     if rnd is not None and not rnd.closed:
@@ -603,7 +617,8 @@ class RoundEngine:
         plan = self._plan(book, ctx)
         if not plan.entries:
             return  # every live worker is still busy with late work; wait for one
-        if len(self._pending) < len(plan.entries) and not self._flushing:
+        steps = max(len(plan.entries), plan.steps or 0)
+        if len(self._pending) < steps and not self._flushing:
             return  # fit is still scheduling this round's tasks
         entries = plan.entries[:len(self._pending)]
         rnd = self.open_round(book, RoundKind.TRAIN, plan.info)
@@ -621,12 +636,28 @@ class RoundEngine:
                 rnd.pull.append((task, entry.workers))
             else:
                 task.pinned = entry
+        self._absorb(rnd, min(steps - len(entries), len(self._pending)))
         for c in self.components:
             c.on_round_planned(rnd, entries)
         for task in rnd.tasks:
             if task.state != S.QUEUED:
                 self.dispatch(task, task.pinned, rnd.id)
         self._feed()
+
+    def _absorb(self, rnd: Round, count: int) -> None:
+        """The next ``count`` queued steps are covered by ``rnd`` without running: the
+        round's tasks read its whole global batch (a worker sat out, or is dead). Each ends
+        with the result of the task projected to finish first."""
+        if count <= 0 or not rnd.tasks:
+            return
+        like = min(rnd.tasks, key=lambda t: (rnd.task_s.get(t.pinned, math.inf), t.id))
+        for _ in range(count):
+            task = self._pending.popleft()
+            task.round, task.state = rnd.id, S.ABSORBED
+            rnd.absorbed.append(task)
+            self._echoes.setdefault(like, []).append(task)
+            self.dispatcher.absorb(task, like)
+        rnd.info["absorbed"] = len(rnd.absorbed)
 
     def _plan(self, book: Book, ctx: RoundContext):
         """``book``'s plan for ``ctx``, asked once while nothing it reads changes: fit

@@ -12,6 +12,8 @@ Task states and their transitions (:class:`TaskState`)::
        │  │          │            │  └───> LATE ──> FOLDED | DROPPED
        v  │          │            └──────> DROPPED (stale, lost to its twin, or round abandoned)
       QUEUED ────────┘ (pulled by a free allowed worker; back to PENDING if its round closed)
+       │
+       └──> ABSORBED (a step its round covers without a closure of its own; see Round.absorbed)
 
 Rounds (:class:`RoundKind`): ``TRAIN`` rounds hold tasks of ``fit``; ``DRAIN`` rounds hold
 push-only tasks that empty pipelined buffers (H-PS); ``FOLD`` rounds have no task and apply
@@ -52,6 +54,7 @@ class TaskState(str, enum.Enum):
     LATE = "late"  # finished after its round closed (or its lane was still being written)
     FOLDED = "folded"  # late, and folded into a later round's apply
     DROPPED = "dropped"  # never applied (also: done, but lost with its worker's buffer)
+    ABSORBED = "absorbed"  # covered by its round's other tasks' samples; never runs
 
     __hash__ = str.__hash__  # equal to its value, so it must hash like it too
 
@@ -129,6 +132,10 @@ class Round:
     live_workers: int = 0  # live workers of its book when it opened
     pull: list = dataclasses.field(default_factory=list)  # (task, allowed workers) not handed out
     copies: list = dataclasses.field(default_factory=list)  # duplicates made by task transfer
+    #: Steps of fit the round covers beyond its tasks (a sized round whose global batch its
+    #: participants split when a worker sits out or is dead): consumed without running, so a
+    #: fit reads steps x batch samples whatever the parallelism (the sample budget).
+    absorbed: list = dataclasses.field(default_factory=list)
     participants: tuple = ()  # workers that may run this round's tasks
     expected_s: float = float("nan")  # projected duration (sync policies may use it)
     task_s: dict = dataclasses.field(default_factory=dict)  # projected task s per worker

@@ -74,11 +74,16 @@ class ElasticParallelism:
         self.keep_stragglers = keep_stragglers
         self.batches = batches
 
-    def set_units(self, units: int) -> None:
+    def set_units(self, units: int, step_units: int | None = None) -> None:
         """Sized rounds: the global batch in work units (see :class:`BalancedBatches`)."""
         if self.batches is None:
             raise ValueError("ElasticParallelism without batches does not size tasks.")
-        self.batches.set_units(units)
+        self.batches.set_units(units, step_units)
+
+    @property
+    def round_steps(self) -> float | None:
+        """Steps of fit a sized round covers (see :class:`BalancedBatches`)."""
+        return self.batches.round_steps if self.batches is not None else None
 
     def plan(self, ctx: RoundContext) -> Plan:
         live = list(ctx.live)
@@ -108,7 +113,8 @@ class ElasticParallelism:
                 ctx.round_id, tuple(w for w in ctx.idle if w in chosen),
                 tuple(w for w in ctx.busy if w in chosen), ctx.monitor))
             info.update(sized.info)
-            return Plan(sized.entries, info, sized.expected_s, sized.task_s, sizes=sized.sizes)
+            return Plan(sized.entries, info, sized.expected_s, sized.task_s, sizes=sized.sizes,
+                        steps=sized.steps)
         return Plan([Pulled(participants)] * self.round_tasks, info, expected,
                     {w: p.expected_s for w, p in proj.items()})
 
@@ -254,6 +260,9 @@ class BalancedBatches:
 
     ``units`` may be left ``None`` until the data set is known (:meth:`set_units`: the
     strategy calls it with the global batch in granules when it builds the workers' data).
+    With ``step_units`` (a step's dataset batch in units), a round covers ``units /
+    step_units`` of ``fit``'s steps (:attr:`Plan.steps`, fractions carried from round to
+    round) however many workers split it, so a fit of S steps reads S dataset batches.
 
     >>> from tf_hetero.engine import RoundContext
     >>> class M:
@@ -263,26 +272,45 @@ class BalancedBatches:
     ([0, 1, 2], [7, 7, 2])
     >>> BalancedBatches(16).plan(RoundContext(0, idle=(0, 1, 2, 3))).sizes
     [4, 4, 4, 4]
+    >>> half = BalancedBatches(12, step_units=8)   # 1.5 steps' batches per round
+    >>> [half.plan(RoundContext(r, idle=(0, 1))).steps for r in range(4)]
+    [1, 2, 1, 2]
     """
 
     def __init__(self, units: int | None = None, min_units: int = 1,
                  memory_budget: int | Mapping[int, int] | Sequence[int] | None = None,
-                 alpha: float = DEFAULT_ALPHA):
+                 alpha: float = DEFAULT_ALPHA, step_units: int | None = None):
         if not isinstance(min_units, int) or min_units < 1:
             raise ValueError(f"min_units={min_units!r}: need an integer >= 1 (every worker "
                              "keeps a measured speed).")
         if isinstance(memory_budget, Sequence):
             memory_budget = dict(enumerate(memory_budget))
         self.min_units, self.alpha, self.memory_budget = min_units, alpha, memory_budget
-        self.units = None
+        self.units = self.step_units = None
         if units is not None:
-            self.set_units(units)
+            self.set_units(units, step_units)
 
-    def set_units(self, units: int) -> None:
-        """The global batch of a round, in work units."""
-        if not isinstance(units, int) or units < 1:
-            raise ValueError(f"units={units!r}: need an integer >= 1.")
-        self.units = units
+    def set_units(self, units: int, step_units: int | None = None) -> None:
+        """The global batch of a round, in work units, and a step's (``None``: a round
+        covers one step per task)."""
+        for name, value in (("units", units), ("step_units", step_units)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}={value!r}: need an integer >= 1.")
+        self.units, self.step_units = units, step_units
+
+    @property
+    def round_steps(self) -> float | None:
+        """Steps of fit a round covers on average (``None`` without ``step_units``)."""
+        return None if self.step_units is None else self.units / self.step_units
+
+    def steps(self, round_id: int) -> int | None:
+        """Steps of fit round ``round_id`` covers: its share of the cumulative global
+        batches, so fractions of a step add up over rounds (``None`` without
+        ``step_units``)."""
+        if self.step_units is None:
+            return None
+        return ((round_id + 1) * self.units // self.step_units
+                - round_id * self.units // self.step_units)
 
     def budget(self, worker: int) -> int:
         return _budget(self.memory_budget, worker, self.units)
@@ -340,10 +368,11 @@ class BalancedBatches:
                 "unit_ms": {w: 1e3 * t for w, t in known.items()}, "expected_s": expected,
                 "capped": sum(shares.values()) < self.units}
         return Plan(workers, info, expected, {w: shares[w] * known[w] for w in workers},
-                    sizes=[shares[w] for w in workers])
+                    sizes=[shares[w] for w in workers], steps=self.steps(ctx.round_id))
 
     def __repr__(self):
-        return (f"BalancedBatches(units={self.units}, min_units={self.min_units}, "
+        return (f"BalancedBatches(units={self.units}, step_units={self.step_units}, "
+                f"min_units={self.min_units}, "
                 f"memory_budget={self.memory_budget!r}, alpha={self.alpha})")
 
 

@@ -112,6 +112,9 @@ class SimDispatcher:
     def cancel(self, task):
         pass  # a cancelled task never reaches a queue here: nothing to undo
 
+    def absorb(self, task, like):
+        pass  # a simulated step has no result to hand on
+
     def duplicate(self, task):
         return ("copy", task.payload)
 

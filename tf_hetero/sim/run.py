@@ -59,10 +59,9 @@ class Simulation:
             if global_batch % self.granule:
                 raise ValueError(f"{spec}: global batch {global_batch} is not a multiple of "
                                  f"granularity={self.granule}.")
-            config.assign.set_units(global_batch // self.granule)
-        # As the bench: a sized row's steps read per_update batches per round in N closures.
-        self.steps_per_epoch = (cfg.steps_per_epoch * n // self.per_update if self.granule
-                                else cfg.steps_per_epoch)
+            config.assign.set_units(global_batch // self.granule,
+                                    cfg.batch_size // self.granule)
+        self.steps_per_epoch = cfg.steps_per_epoch  # a step reads one batch, sized or not
         self.epochs = cfg.tasks // cfg.steps_per_epoch
         self.lr = cfg.base_lr * self.per_update * lr_factor
         self.lr_factor = lr_factor

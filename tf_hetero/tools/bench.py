@@ -318,12 +318,10 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         strategy.set_rebalance(True)  # refuses a strategy without rounds, with the fix
     k = cfg.steps_per_execution
     per_update = registry.updates_per_round(base, cfg.workers) * k
-    # The same sample budget for every row: a Keras step is a closure, which reads one
-    # dataset batch, except a sized strategy's (one task per worker per round reading a
-    # share of the round's per_update batches): scale its steps so it reads as many.
+    # The same sample budget for every row: a Keras step reads one dataset batch (a sized
+    # round covers its global batch's steps however its workers split it).
+    steps_per_epoch = cfg.steps_per_epoch
     granule = getattr(getattr(strategy, "config", None), "granule", None)
-    steps_per_epoch = (cfg.steps_per_epoch * cfg.workers // per_update if granule
-                       else cfg.steps_per_epoch)
     with strategy.scope():
         model = models.build(cfg.model, input_shape=train.input_shape,
                              num_classes=train.num_classes, seed=cfg.seed)
