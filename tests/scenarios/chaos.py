@@ -41,7 +41,8 @@ REJOIN_TIMEOUT_S = 90
 #: PS scenario: epochs, and tasks finished in the second epoch before the PS is killed.
 PS_EPOCHS, PS_STEPS = 3, 15
 APPLIED = ("done", "folded")
-ENDED = ("done", "folded", "dropped")
+#: "absorbed": a step a sized round covered without running (a worker was dead).
+ENDED = ("done", "folded", "dropped", "absorbed")
 
 
 # --------------------------------------------------------------------------- judging (pure)
@@ -180,9 +181,9 @@ def counts(strategy, model, scheduled: int, monitor=None) -> dict:
         return c
     holders = collections.defaultdict(list)
     for r in engine.rounds:
-        for t in r.tasks:
+        for t in r.tasks + r.absorbed:
             holders[id(t)].append(r.id)
-    fit_tasks = [t for r in engine.rounds for t in r.tasks if not t.drain]
+    fit_tasks = [t for r in engine.rounds for t in r.tasks + r.absorbed if not t.drain]
     unique = {id(t): t for t in fit_tasks}
     copies = [cp for r in engine.rounds for cp in r.copies]
     every = list(unique.values()) + copies
