@@ -4,6 +4,8 @@ update exactly one optimizer step on the concatenated global batch."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -40,7 +42,7 @@ def _data(seed=0):
             rng.integers(0, 3, (N, SAMPLES)))
 
 
-def _fit(strategy, rounds, optimizer="sgd", profile="slow=2:3;base_ms=40"):
+def _fit(strategy, rounds, optimizer="sgd", profile="slow=2:3;base_ms=40", callbacks=()):
     import tensorflow as tf
     import tf_keras as keras
 
@@ -60,7 +62,7 @@ def _fit(strategy, rounds, optimizer="sgd", profile="slow=2:3;base_ms=40"):
     if profile:
         tf_hetero.emulate(model, profile, strategy=strategy)
     model.fit(keras.utils.experimental.DatasetCreator(fn), epochs=1,
-              steps_per_epoch=rounds * N, verbose=0)
+              steps_per_epoch=rounds * N, verbose=0, callbacks=list(callbacks))
     return model, x, y
 
 
@@ -117,7 +119,9 @@ def test_epsp_pioneers_take_a_left_out_stragglers_share_in_their_one_task(cluste
     rounds = 10
     strategy = tf_hetero.EPSPStrategy(cluster.resolver, granularity=GRANULE, window=3,
                                       probe_every=100, transfer_factor=None)
-    model, x, y = _fit(strategy, rounds, "momentum", profile="slow=2:4;base_ms=40")
+    progress = tf_hetero.Progress(interval_s=60, stream=io.StringIO())
+    model, x, y = _fit(strategy, rounds, "momentum", profile="slow=2:4;base_ms=40",
+                       callbacks=[progress])
     engine = strategy.engine
     units = N * BATCH // GRANULE
     out = [r for r in engine.rounds if 2 in r.info.get("stragglers", ())]
@@ -130,6 +134,7 @@ def test_epsp_pioneers_take_a_left_out_stragglers_share_in_their_one_task(cluste
     # it (with the straggler's step left over, 10 rounds' worth of steps made 14 rounds).
     assert len(engine.rounds) == rounds and out[-1] is engine.rounds[-1]
     assert np.isfinite(model.history.history["loss"][-1])  # its last step was absorbed
+    assert f"tasks {rounds * N}/{rounds * N}" in progress.line()  # absorbed steps are done
     for r in engine.rounds:
         assert len({t.worker for t in r.tasks}) == len(r.tasks)  # one closure per worker
     for got, want in zip(model.get_weights(), _reference(engine, x, y, "momentum")):

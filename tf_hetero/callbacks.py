@@ -61,7 +61,8 @@ class Progress(keras.callbacks.Callback):
             self._num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
             if self.task_log is None:
                 self.task_log = TaskLog.for_strategy(strategy)
-            self._start_count = len(self.task_log)
+            self._engine = getattr(strategy, "engine", None)
+            self._start_count = len(self.task_log) + self._absorbed()
             self._t0 = time.perf_counter()
             self._stop.clear()
             self._fit = _calling_fit()
@@ -77,7 +78,7 @@ class Progress(keras.callbacks.Callback):
 
     def line(self) -> str:
         """The current progress line."""
-        done = len(self.task_log) - self._start_count
+        done = len(self.task_log) + self._absorbed() - self._start_count
         elapsed = time.perf_counter() - self._t0
         rate = done / elapsed if elapsed > 0 else 0.0
         per = "/".join(str(c) for c in self.task_log.counts(self._num_workers))
@@ -88,6 +89,10 @@ class Progress(keras.callbacks.Callback):
         if rate > 0 and self._total > done:
             text += f"  eta {(self._total - done) / rate:.0f}s"
         return text
+
+    def _absorbed(self) -> int:
+        """Steps a sized round covered without running (``Round.absorbed``): done too."""
+        return getattr(self._engine, "absorbed_steps", 0)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -151,6 +156,10 @@ class MonitorLogs(keras.callbacks.Callback):
         self.monitor = getattr(strategy_or_monitor, "monitor", strategy_or_monitor)
         self._since = None
         self._ps_before = None
+
+    def _absorbed(self) -> int:
+        """Steps a sized round covered without running (``Round.absorbed``): done too."""
+        return getattr(self._engine, "absorbed_steps", 0)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._since = self.monitor.clock()

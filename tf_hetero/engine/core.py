@@ -114,6 +114,7 @@ class RoundEngine:
         self._running: dict[int, set] = {w: set() for w in range(num_workers)}
         #: Absorbed steps (``Round.absorbed``) by the task whose end ends them.
         self._echoes: dict[Task, list] = {}
+        self.absorbed_steps = 0  # steps ever absorbed (progress counts them as done)
         self._live = set(range(num_workers))
         self.clocks = {w: 0 for w in range(num_workers)}  # finished tasks per worker
         #: Rounds mode with a gate: tasks per worker whose update has been applied (what the
@@ -658,6 +659,7 @@ class RoundEngine:
             self._echoes.setdefault(like, []).append(task)
             self.dispatcher.absorb(task, like)
         rnd.info["absorbed"] = len(rnd.absorbed)
+        self.absorbed_steps += count
 
     def _plan(self, book: Book, ctx: RoundContext):
         """``book``'s plan for ``ctx``, asked once while nothing it reads changes: fit
