@@ -491,3 +491,47 @@ def test_a_fit_after_a_stalled_fit_trains(cluster):
     strategy = _strategy("bsp", cluster)
     model = _in_thread(lambda: _fit(strategy, model_seed=3))
     assert int(model.optimizer.iterations.numpy()) == 2  # 2 * N steps, rounds of N
+
+
+@pytest.mark.parametrize("per_worker", ["shard", "reshuffle"])
+def test_workers_read_their_shard_or_the_whole_set_in_an_order_of_their_own(cluster, per_worker):
+    """tf_hetero.data.dataset_fn on the cluster: with "shard" worker w reads only rows
+    i % N == w; with "reshuffle" every worker reads rows of the whole set, each in another
+    order (a fast worker reading more then skews no part of the data)."""
+    import tensorflow as tf
+
+    from tf_hetero.data import Split, dataset_fn
+
+    rows = 12 * N
+    data = Split(np.arange(rows, dtype="float32").reshape(rows, 1), np.zeros(rows, "int64"))
+    import tf_hetero
+
+    strategy = tf_hetero.ASPStrategy(cluster.resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    fn = dataset_fn(batch_size=rows // N, num_workers=N, data=data, per_worker=per_worker)
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(fn)
+
+    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+
+    @tf.function
+    def first_batch(it):
+        x, _ = next(it)
+        worker = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(),
+                         tf.float32)
+        return tf.concat([tf.reshape(worker, [1]), tf.reshape(x, [-1])], 0)
+
+    seen = {}
+    for _ in range(20 * N):  # until every worker has handed back its first batch
+        got = coordinator.schedule(first_batch, args=(iterator,)).fetch()
+        seen.setdefault(int(got[0]), [int(v) for v in got[1:]])
+        if len(seen) == N:
+            break
+    assert sorted(seen) == list(range(N)), seen
+    if per_worker == "shard":
+        assert all(v % N == w for w, batch in seen.items() for v in batch), seen
+    else:
+        assert any(v % N != w for w, batch in seen.items() for v in batch), seen
+        assert len({tuple(b) for b in seen.values()}) == N, seen  # an order of its own

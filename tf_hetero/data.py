@@ -15,8 +15,10 @@
 ...           epochs=2, steps_per_epoch=50)
 
 Inside a PS cluster the ``InputContext`` cannot tell workers apart (docs/TF_INTERNALS.md), so the
-function shards by ``experimental_get_current_worker_index()``: each worker reads its own
-1/num_workers of the training set, reshuffled on every pass.
+function tells them apart by ``experimental_get_current_worker_index()``: by default each
+worker reads its own 1/num_workers of the training set, reshuffled on every pass; with
+``per_worker="reshuffle"`` each reads the whole set in its own order (see :func:`dataset_fn`
+for when that matters).
 """
 
 from __future__ import annotations
@@ -99,25 +101,45 @@ def load(name: str = "digits", split: str = "train") -> Split:
     return Split(x, y.astype(np.int64))
 
 
+#: How workers divide the training set (``dataset_fn(per_worker=...)``).
+PER_WORKER = ("shard", "reshuffle")
+
+
 def dataset_fn(name: str = "digits", batch_size: int = 32, num_workers: int | None = None,
                seed: int = 0, split: str = "train", data: Split | None = None,
-               ) -> Callable:
+               per_worker: str = "shard") -> Callable:
     """A ``dataset_fn(input_context)`` for ``DatasetCreator``: infinite, shuffled, batched.
 
     Args:
       name: data set name (see module docstring); ignored when ``data`` is given.
       batch_size: micro-batch size of one task.
-      num_workers: shard across this many workers by worker index (``None``/1: no sharding).
+      num_workers: the workers reading it (``None``/1: one reader, no division).
       seed: shuffle seed.
       split: ``"train"`` or ``"test"``.
       data: arrays to use instead of loading ``name``.
+      per_worker: ``"shard"``: each worker reads its own 1/num_workers of the set (the TF
+        tutorial's); ``"reshuffle"``: each worker reads the whole set in its own order
+        (the shuffle seed mixed with its index). Sharding is unbiased only if every worker
+        reads at the same rate: when a fast worker reads more (stock PSS, H-PS, EPSP), its
+        shard is seen more often and a slow worker's less, so the model trains on a
+        skewed sample (measured on one_slow: final accuracy 2.7-6 points below BSP's at
+        an equal budget, benchmarks/results/2026-11-27-budget/). With ``"reshuffle"``
+        every sample is as likely whichever worker is fast.
+
+    >>> dataset_fn(per_worker="split")
+    Traceback (most recent call last):
+    ...
+    ValueError: per_worker='split': use one of 'shard', 'reshuffle'.
     """
+    if per_worker not in PER_WORKER:
+        raise ValueError(f"per_worker={per_worker!r}: use one of "
+                         f"{', '.join(repr(p) for p in PER_WORKER)}.")
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r}: need >= 1.")
     if num_workers is not None and num_workers < 1:
         raise ValueError(f"num_workers={num_workers!r}: need >= 1 or None.")
     data = data or load(name, split)
-    if num_workers and len(data.y) < num_workers * batch_size:
+    if per_worker == "shard" and num_workers and len(data.y) < num_workers * batch_size:
         raise ValueError(f"{len(data.y)} examples cannot give each of {num_workers} workers a "
                          f"batch of {batch_size}. Fix: lower batch_size or num_workers.")
 
@@ -125,11 +147,15 @@ def dataset_fn(name: str = "digits", batch_size: int = 32, num_workers: int | No
         import tensorflow as tf
 
         ds = tf.data.Dataset.from_tensor_slices((data.x, data.y))
+        shuffle_seed = seed
         if num_workers and num_workers > 1:
             worker = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(),
                              tf.int64)
-            ds = ds.shard(num_workers, worker)
-        ds = ds.shuffle(len(data.y), seed=seed, reshuffle_each_iteration=True)
+            if per_worker == "shard":
+                ds = ds.shard(num_workers, worker)
+            else:  # the whole set, in an order of its own
+                shuffle_seed = tf.constant(seed, tf.int64) * 1_000_003 + worker
+        ds = ds.shuffle(len(data.y), seed=shuffle_seed, reshuffle_each_iteration=True)
         # No stage here is tunable (fixed prefetch, no parallel map), so autotuning only
         # costs: each dropped per-worker iterator would block its worker for up to 60 s.
         return without_autotune(ds.repeat().batch(batch_size, drop_remainder=True).prefetch(2))

@@ -92,8 +92,12 @@ class LossWatch:
         """Checks the losses not checked yet (``join``: the fit's last steps). TF counts a
         step finished before its worker thread hands it here: waits (at most
         ``timeout_s``) for those hand-overs."""
+        queue = self.coordinator._cluster.closure_queue  # pylint: disable=protected-access
         with self.lock:
-            self.lock.wait_for(lambda: self.outstanding <= 0, timeout=timeout_s)
+            # A step that failed hands nothing over: once TF holds an error the fit raises
+            # it, and waiting for those hand-overs cost every failing fit the whole bound.
+            self.lock.wait_for(lambda: self.outstanding <= 0 or queue._error is not None,  # pylint: disable=protected-access
+                               timeout=timeout_s)
             pending, self.pending = list(self.pending.values()), {}
         for generation, loss in pending:
             self._check(generation, loss)

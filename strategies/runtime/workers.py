@@ -108,6 +108,8 @@ def _instrument(coordinator, worker, attempt, versions):
         error = attempt.error or queue._error  # pylint: disable=protected-access
         if error is not None and engine is not None:
             engine.fail(translate(error), since=fit)  # stale if the user got it
+            if tag is not None and tag.output is not None:
+                coordinator.losses.forget(closure)  # no loss to check: it failed
             return
         if task is not None:
             engine.task_finished(task, w)

@@ -100,6 +100,10 @@ class BenchConfig:
     #: whose update averages more than one micro-batch; 0: none; ``None`` (the default): as
     #: many updates as one update averages micro-batches (:func:`warmup_updates`).
     warmup_updates: int | None = None
+    #: How the workers divide the training set (:func:`tf_hetero.data.dataset_fn`'s
+    #: ``per_worker``): "shard" (each its own 1/N) or "reshuffle" (each all of it, in its
+    #: own order).
+    data_per_worker: str = "shard"
 
     def __post_init__(self):
         from tf_hetero.strategies import registry
@@ -129,6 +133,11 @@ class BenchConfig:
         if self.tasks % self.steps_per_epoch:
             raise ValueError(f"bench tasks={self.tasks} must be a multiple of "
                              f"steps_per_epoch={self.steps_per_epoch}.")
+        from tf_hetero.data import PER_WORKER
+
+        if self.data_per_worker not in PER_WORKER:
+            raise ValueError(f"bench data_per_worker={self.data_per_worker!r}: use one of "
+                             f"{', '.join(PER_WORKER)}.")
         self.lr_factors = tuple(float(f) for f in self.lr_factors)
         if not self.lr_factors or not all(f > 0 for f in self.lr_factors):
             raise ValueError(f"lr_factors={self.lr_factors!r}: need factors > 0.")
@@ -337,7 +346,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     task_log = TaskLog.for_strategy(strategy) if stock else None
     sampler = _AccuracySampler(model, test.x, test.y, cfg.eval_interval_s)
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=cfg.workers,
-                               seed=cfg.seed, data=train)
+                               seed=cfg.seed, data=train, per_worker=cfg.data_per_worker)
     peak_lr = peak_learning_rate(cfg, per_update, lr_factor)
     ramp = warmup_updates(cfg.warmup_updates, per_update)
     print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
@@ -520,7 +529,8 @@ def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
     elif cfg.warmup_updates > 1:
         spread += f"; lr warm-up over {cfg.warmup_updates} updates for multi-micro-batch updates"
     lines = [f"profile `{cfg.profile}`, {cfg.workers} workers / {cfg.ps} PS, model {cfg.model}, "
-             f"data {cfg.dataset}, {cfg.tasks} micro-batches x {cfg.batch_size} samples "
+             f"data {cfg.dataset} ({cfg.data_per_worker} per worker), {cfg.tasks} "
+             f"micro-batches x {cfg.batch_size} samples "
              f"({cfg.steps_per_execution} per task), SGD lr {cfg.base_lr:g} x micro-batches per "
              f"update, momentum {cfg.momentum:g}, target accuracy {cfg.target_accuracy}; "
              f"times from fit() to the last update applied{spread}", "",

@@ -193,6 +193,11 @@ def cmd_tfconfig(args) -> int:
 LR_GRID = (0.5, 1.0, 2.0)
 
 
+def _data_per_worker(args) -> dict:
+    """``--data-per-worker`` if given (else the scenario's or BenchConfig's default)."""
+    return {} if args.data_per_worker is None else {"data_per_worker": args.data_per_worker}
+
+
 def cmd_bench(args) -> int:
     from tf_hetero.tools.bench import BenchConfig, run_bench
     from tf_hetero.tools.scenarios import load_scenarios, run_scenarios
@@ -211,14 +216,16 @@ def cmd_bench(args) -> int:
                               base_lr=args.base_lr, momentum=args.momentum,
                               json_path=args.json, repeats=args.repeats,
                               lr_factors=LR_GRID if args.lr_grid else (1.0,),
-                              warmup_updates=args.warmup_updates)
+                              warmup_updates=args.warmup_updates,
+                              **_data_per_worker(args))
     except ValueError as e:
         raise _UsageError(str(e)) from None
     if args.scenario:
         _, failed = run_scenarios(scenarios, os.path.join(args.out_dir, "scenarios"),
                                   strategies=strategies, repeats=args.repeats,
                                   lr_factors=LR_GRID if args.lr_grid else (1.0,),
-                                  warmup_updates=args.warmup_updates)
+                                  warmup_updates=args.warmup_updates,
+                                  **_data_per_worker(args))
     else:
         failed = {}
         run_bench(cfg, failed)
@@ -332,6 +339,10 @@ def _parser() -> argparse.ArgumentParser:
                             "whose update averages several micro-batches (Goyal et al.); "
                             "default: as many updates as an update averages micro-batches; "
                             "0: none")
+    bench.add_argument("--data-per-worker", default=None, choices=("shard", "reshuffle"),
+                       help="shard: each worker reads its own 1/N of the training set; "
+                            "reshuffle: each reads all of it in its own order (unbiased "
+                            "when workers read at different rates); default: shard")
     bench.add_argument("--scenario", default=None,
                        help="a named scenario of --scenario-dir (comma list, or 'all'): its "
                             "file sets the cluster, profile, data and budget; --strategies, "

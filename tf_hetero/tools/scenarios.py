@@ -38,7 +38,8 @@ SCENARIO_DEFAULTS = {"dataset": "mnist1d", "model": "cnn1d", "tasks": 1600,
 #: Where ``--scenario`` looks, relative to the working directory (the repository root).
 DEFAULT_DIR = os.path.join("benchmarks", "scenarios")
 _SETTINGS = ("profile", "workers", "ps", "dataset", "model", "tasks", "steps_per_epoch",
-             "batch_size", "target_accuracy", "base_lr", "momentum", "steps_per_execution")
+             "batch_size", "target_accuracy", "base_lr", "momentum", "steps_per_execution",
+             "data_per_worker")
 
 
 @dataclasses.dataclass(frozen=True)
