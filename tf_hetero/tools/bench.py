@@ -91,7 +91,8 @@ class BenchConfig:
     out_dir: str = "runs/bench"
     json_path: str | None = None
     seed: int = 0
-    #: Runs per strategy; every repeat runs all rows in an order shuffled from ``seed``.
+    #: Runs per strategy; every repeat runs all rows in an order shuffled from ``seed``,
+    #: each from seed ``seed + repeat`` (model initialisation and data order).
     repeats: int = 1
     #: Learning rates tried per strategy, as factors of the linear rule; the table reports
     #: each strategy at its best (``--lr-grid``: 0.5, 1, 2).
@@ -101,9 +102,9 @@ class BenchConfig:
     #: many updates as one update averages micro-batches (:func:`warmup_updates`).
     warmup_updates: int | None = None
     #: How the workers divide the training set (:func:`tf_hetero.data.dataset_fn`'s
-    #: ``per_worker``): "shard" (each its own 1/N) or "reshuffle" (each all of it, in its
-    #: own order).
-    data_per_worker: str = "shard"
+    #: ``per_worker``): "reshuffle" (each all of it, in its own order: unbiased whichever
+    #: worker reads more) or "shard" (each its own 1/N: only BSP-like rows read it evenly).
+    data_per_worker: str = "reshuffle"
 
     def __post_init__(self):
         from tf_hetero.strategies import registry
@@ -300,8 +301,10 @@ def _end_row(strategy, model, task_logs) -> None:
 
 
 def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
-                 lr_factor: float = 1.0, meter=None) -> dict:
-    """Trains once under ``spec`` at ``lr_factor`` x the linear rule and measures it."""
+                 lr_factor: float = 1.0, meter=None, seed: int | None = None) -> dict:
+    """Trains once under ``spec`` at ``lr_factor`` x the linear rule and measures it, from
+    ``seed`` (model initialisation and data order; default ``cfg.seed``)."""
+    seed = cfg.seed if seed is None else seed
     import tf_keras as keras
 
     import tf_hetero
@@ -333,7 +336,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     granule = getattr(getattr(strategy, "config", None), "granule", None)
     with strategy.scope():
         model = models.build(cfg.model, input_shape=train.input_shape,
-                             num_classes=train.num_classes, seed=cfg.seed)
+                             num_classes=train.num_classes, seed=seed)
         model.compile(keras.optimizers.SGD(learning_rate(cfg, per_update, lr_factor),
                                            momentum=cfg.momentum),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -346,7 +349,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     task_log = TaskLog.for_strategy(strategy) if stock else None
     sampler = _AccuracySampler(model, test.x, test.y, cfg.eval_interval_s)
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=cfg.workers,
-                               seed=cfg.seed, data=train, per_worker=cfg.data_per_worker)
+                               seed=seed, data=train, per_worker=cfg.data_per_worker)
     peak_lr = peak_learning_rate(cfg, per_update, lr_factor)
     ramp = warmup_updates(cfg.warmup_updates, per_update)
     print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
@@ -645,7 +648,11 @@ def run_bench(cfg: BenchConfig, failures: dict | None = None) -> list[dict]:
                         print(f"[tf-hetero bench] cleanup took {time.perf_counter() - t:.1f}s",
                               flush=True)
                     try:
-                        run = run_strategy(spec, cluster, cfg, profile, factor, meter)
+                        # Every row of a repeat starts from the same seed (paired); the
+                        # repeats differ, so their range covers the seed's luck too (one
+                        # seed: BSP's final accuracy was the same to 4 digits in 3 runs).
+                        run = run_strategy(spec, cluster, cfg, profile, factor, meter,
+                                           seed=cfg.seed + rep)
                     except Exception as e:  # pylint: disable=broad-except
                         # One broken row must not lose the others' measurements.
                         first = str(e).strip().splitlines()[-1] if str(e).strip() else ""

@@ -342,7 +342,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--data-per-worker", default=None, choices=("shard", "reshuffle"),
                        help="shard: each worker reads its own 1/N of the training set; "
                             "reshuffle: each reads all of it in its own order (unbiased "
-                            "when workers read at different rates); default: shard")
+                            "when workers read at different rates; the default)")
     bench.add_argument("--scenario", default=None,
                        help="a named scenario of --scenario-dir (comma list, or 'all'): its "
                             "file sets the cluster, profile, data and budget; --strategies, "

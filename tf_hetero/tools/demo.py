@@ -122,7 +122,7 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
     task_log = TaskLog.for_strategy(strategy)  # progress; for tf-hetero strategies the
     # figures below come from the monitor, which knows which tasks were applied
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=n, seed=cfg.seed,
-                               data=train_split)
+                               data=train_split, per_worker="reshuffle")  # as the bench
     t0 = time.perf_counter()
     model.fit(keras.utils.experimental.DatasetCreator(train_fn), epochs=cfg.epochs,
               steps_per_epoch=cfg.steps_per_epoch, verbose=0,
