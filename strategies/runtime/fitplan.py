@@ -44,8 +44,8 @@ def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_executio
     dataset batches, whoever runs it; default one per worker).
 
     >>> plan_line("HPSStrategy", steps=96, epochs=1, per_epoch=96, per_execution=1,
-    ...           workers=4, round_steps=8).split(", one per")[0]
-    '[tf-hetero] HPSStrategy: this fit runs 96 steps as 96 tasks and applies ~12 updates'
+    ...           workers=4, round_steps=8).split(" (8 steps")[0]
+    '[tf-hetero] HPSStrategy: this fit runs 96 steps as 96 tasks and applies ~12 updates, one per round of 4 sized tasks'
     """
     tasks = math.ceil(steps / per_execution)
     per_round = max(1.0, workers / max(1, groups))  # tasks in one round (mean group size)
@@ -58,8 +58,12 @@ def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_executio
                 f"updates, one per step (the steps of every worker applied one by one, on the "
                 f"chief). optimizer.iterations counts updates (resume at epoch iterations "
                 f"// {per_epoch}); learning rate: the one-batch rate.")
-    size = (f"round of {per_round:g} tasks" if groups == 1
-            else f"round of a group ({groups} groups of ~{per_round:g} tasks)")
+    if round_steps is not None:  # sized: the workers split the round's batches
+        size = f"round of {workers} sized tasks"
+    elif groups == 1:
+        size = f"round of {per_round:g} tasks"
+    else:
+        size = f"round of a group ({groups} groups of ~{per_round:g} tasks)"
     return (f"[tf-hetero] {who}: this fit runs {steps} steps as {tasks} tasks and applies "
             f"~{updates} updates, one per {size} ({batches:g} steps, {batches:g} batches "
             f"averaged). optimizer.iterations counts updates (resume at epoch iterations x "
