@@ -500,12 +500,11 @@ def test_workers_read_their_shard_or_the_whole_set_in_an_order_of_their_own(clus
     order (a fast worker reading more then skews no part of the data)."""
     import tensorflow as tf
 
+    import tf_hetero
     from tf_hetero.data import Split, dataset_fn
 
     rows = 12 * N
     data = Split(np.arange(rows, dtype="float32").reshape(rows, 1), np.zeros(rows, "int64"))
-    import tf_hetero
-
     strategy = tf_hetero.ASPStrategy(cluster.resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     fn = dataset_fn(batch_size=rows // N, num_workers=N, data=data, per_worker=per_worker)

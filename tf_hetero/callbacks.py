@@ -157,10 +157,6 @@ class MonitorLogs(keras.callbacks.Callback):
         self._since = None
         self._ps_before = None
 
-    def _absorbed(self) -> int:
-        """Steps a sized round covered without running (``Round.absorbed``): done too."""
-        return getattr(self._engine, "absorbed_steps", 0)
-
     def on_epoch_begin(self, epoch, logs=None):
         self._since = self.monitor.clock()
         # Emulated PS tasks (profile ps_mbps): their counters, one read per PS per epoch.

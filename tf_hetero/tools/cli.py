@@ -243,6 +243,7 @@ def cmd_sim(args) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     from tf_hetero import models  # pure imports: --help loads no TensorFlow
+    from tf_hetero.data import PER_WORKER
     from tf_hetero.strategies import registry
 
     strategy_help = ("a registered name, a number after it sets its [argument]: "
@@ -339,7 +340,7 @@ def _parser() -> argparse.ArgumentParser:
                             "whose update averages several micro-batches (Goyal et al.); "
                             "default: as many updates as an update averages micro-batches; "
                             "0: none")
-    bench.add_argument("--data-per-worker", default=None, choices=("shard", "reshuffle"),
+    bench.add_argument("--data-per-worker", default=None, choices=PER_WORKER,
                        help="shard: each worker reads its own 1/N of the training set; "
                             "reshuffle: each reads all of it in its own order (unbiased "
                             "when workers read at different rates; the default)")
