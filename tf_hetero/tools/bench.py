@@ -64,7 +64,7 @@ import numpy as np
 from tf_hetero.telemetry import perf as metrics
 from tf_hetero.emulation.profile import Profile
 
-__all__ = ["BenchConfig", "run_bench", "format_table", "warmup_updates"]
+__all__ = ["BenchConfig", "run_bench", "format_table", "paired_table", "warmup_updates"]
 
 #: Strategies and models of the rows already measured (see run_strategy).
 _FINISHED_ROWS: list = []
@@ -579,6 +579,66 @@ def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
     return "\n".join(lines)
 
 
+def paired_table(runs: list[dict], strategies, reference: str | None = None) -> str:
+    """Each repeat's time to target and final accuracy per row, and every row's final
+    accuracy minus ``reference``'s (default ``bsp`` if it ran, else the first row) in the
+    same repeat. Every row of a repeat starts from the same seed, so these differences are
+    paired: the seed's luck, which moves a row's final accuracy by points from one repeat to
+    the next, cancels out of them (medians of unpaired rows do not). Runs at one learning
+    rate only (``""`` for an lr grid or a single repeat).
+
+    >>> run = lambda s, rep, t, acc: dict(strategy=s, repeat=rep, time_to_target_s=t,
+    ...                                   final_accuracy=acc)
+    >>> runs = [run("bsp", 0, 90.0, 0.88), run("hps", 0, 40.0, 0.87),
+    ...         run("bsp", 1, 95.0, 0.86), run("hps", 1, None, 0.87)]
+    >>> print(paired_table(runs, ["bsp", "hps"]))
+    Per repeat (every row of a repeat from the same seed): time to target s / final accuracy
+    <BLANKLINE>
+    | repeat | bsp | hps |
+    |---:|---:|---:|
+    | 0 | 90.0 / 0.8800 | 40.0 / 0.8700 |
+    | 1 | 95.0 / 0.8600 | not reached / 0.8700 |
+    | final accuracy - bsp's, points: mean [per repeat] |  | +0.0 [-1.0, +1.0] |
+    """
+    if len({r.get("lr_factor", 1.0) for r in runs}) > 1:
+        return ""
+    repeats = sorted({r["repeat"] for r in runs})
+    if len(repeats) < 2:
+        return ""
+    by = {(r["repeat"], r["strategy"]): r for r in runs}
+    reference = reference or ("bsp" if "bsp" in strategies else strategies[0])
+
+    def cell(r):
+        if r is None:
+            return "failed"
+        t = r["time_to_target_s"]
+        return f"{'not reached' if t is None else format(t, '.1f')} / {r['final_accuracy']:.4f}"
+    lines = ["Per repeat (every row of a repeat from the same seed): time to target s / final "
+             "accuracy", "", "| repeat | " + " | ".join(strategies) + " |",
+             "|---:|" + "---:|" * len(strategies)]
+    lines += [f"| {rep} | " + " | ".join(cell(by.get((rep, s))) for s in strategies) + " |"
+              for rep in repeats]
+    diffs = []
+    for s in strategies:
+        d = [100 * (by[(rep, s)]["final_accuracy"] - by[(rep, reference)]["final_accuracy"])
+             for rep in repeats if (rep, s) in by and (rep, reference) in by]
+        diffs.append("" if s == reference or not d else
+                     f"{statistics.mean(d):+.1f} [{', '.join(f'{x:+.1f}' for x in d)}]")
+    lines.append(f"| final accuracy - {reference}'s, points: mean [per repeat] | "
+                 + " | ".join(diffs) + " |")
+    if "pss" in strategies:  # the async baseline every target is set against
+
+        def ratio(rep, s):
+            mine, stock = by.get((rep, s)), by.get((rep, "pss"))
+            if not (mine and stock and mine["time_to_target_s"] and stock["time_to_target_s"]):
+                return "-"
+            return f"{stock['time_to_target_s'] / mine['time_to_target_s']:.2f}"
+        lines.append("| stock PSS's time to target / the row's, per repeat | " + " | ".join(
+            "" if s == "pss" else ", ".join(ratio(rep, s) for rep in repeats)
+            for s in strategies) + " |")
+    return "\n".join(lines)
+
+
 def plot(results: list[dict], cfg: BenchConfig, path: str) -> str:
     import matplotlib
 
@@ -668,6 +728,9 @@ def run_bench(cfg: BenchConfig, failures: dict | None = None) -> list[dict]:
     # The ideal of the run each row reports (the profile integrated over its tasks).
     ideal = statistics.median(r["ideal_samples_per_sec"] for r in results)
     table = format_table(results, cfg, ideal)
+    paired = paired_table(runs, done)
+    if paired:
+        table += "\n\n" + paired
     if failed:
         table += "\n\nRows that failed (not in the table):\n\n" + "\n".join(
             f"- {spec}: {why}" for spec, why in failed.items())
