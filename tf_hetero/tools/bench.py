@@ -583,9 +583,10 @@ def paired_table(runs: list[dict], strategies, reference: str | None = None) -> 
     """Each repeat's time to target and final accuracy per row, and every row's final
     accuracy minus ``reference``'s (default ``bsp`` if it ran, else the first row) in the
     same repeat. Every row of a repeat starts from the same seed, so these differences are
-    paired: the seed's luck, which moves a row's final accuracy by points from one repeat to
-    the next, cancels out of them (medians of unpaired rows do not). Runs at one learning
-    rate only (``""`` for an lr grid or a single repeat).
+    paired: the seed's share of the luck, which moves a row's final accuracy by points from
+    one repeat to the next, cancels out of them (medians of unpaired rows keep it). Rows
+    whose schedule follows measured times (stock PSS, EPSP, H-PS) still vary between runs
+    of one seed; only BSP is a function of it. Runs at one learning rate only (``""`` for an lr grid or a single repeat).
 
     >>> run = lambda s, rep, t, acc: dict(strategy=s, repeat=rep, time_to_target_s=t,
     ...                                   final_accuracy=acc)
