@@ -18,7 +18,8 @@ docs/CASP.md.
   weights (default: the shipped agent).
 - ``decide_every``: applied updates between the agent's decisions; ``greedy``: its most
   probable ``k`` (else sampled).
-- ``lr_rule``, ``staleness``: each community's update rule, as for
+- ``lr_rule``, ``staleness``: each community's update rule, and ``batch_sizes``,
+  ``granularity``: per-member batch sizes inside a community, as for
   :class:`~tf_hetero.strategies.grouped.GroupedSyncStrategy`; ``placement``,
   ``connect_timeout_s``: as for :class:`~tf_hetero.strategies.base.HeteroStrategy`.
 - ``strategy.groups``: the current communities; ``strategy.decisions``: the agent's
@@ -42,7 +43,8 @@ class CASPStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, agent=None,
                  decide_every: int = 10, greedy: bool = True, lr_rule: str = "linear",
-                 staleness: str = "none", stall_timeout_s: float = 600.0,
+                 staleness: str = "none", batch_sizes: bool = False, granularity: int = 8,
+                 stall_timeout_s: float = 600.0,
                  placement="round_robin", connect_timeout_s: float | None = None,
                  rebalance=None):
         workers = num_workers(cluster_resolver, "CASPStrategy")
@@ -50,7 +52,8 @@ class CASPStrategy(HeteroStrategy):
                          connect_timeout_s=connect_timeout_s, rebalance=rebalance,
                          config=configs.casp(workers, agent=agent, decide_every=decide_every,
                                              greedy=greedy, lr_rule=lr_rule,
-                                             staleness=staleness,
+                                             staleness=staleness, batch_sizes=batch_sizes,
+                                             granularity=granularity,
                                              stall_timeout_s=stall_timeout_s))
 
     @property

@@ -291,11 +291,14 @@ def _shares(workers, round_tasks, min_tasks, memory_budget, alpha):
 
 
 def grouped(workers: int, *, groups=2, regroup_every: int = 10, lr_rule: str = "linear",
-            staleness: str = "none", stall_timeout_s: float = 600.0) -> EngineConfig:
+            staleness: str = "none", batch_sizes: bool = False, granularity: int = 8,
+            stall_timeout_s: float = 600.0) -> EngineConfig:
     """Grouped hybrid sync (arguments: :class:`~tf_hetero.strategies.grouped.GroupedSyncStrategy`).
 
     >>> grouped(4, groups=[[0, 1, 2], [3]]).grouping
     FixedGroups([[0, 1, 2], [3]])
+    >>> grouped(4, groups=2, batch_sizes=True).name, grouped(4, batch_sizes=True).granule
+    ('grouped2-sized', 8)
     >>> grouped(4, groups=5)
     Traceback (most recent call last):
     ...
@@ -314,7 +317,23 @@ def grouped(workers: int, *, groups=2, regroup_every: int = 10, lr_rule: str = "
             raise ValueError(f"GroupedSyncStrategy: {e}") from None
         grouping = policies.FixedGroups(groups)
         name = f"grouped-fixed{len(grouping.fixed)}"
-    return EngineConfig(name, sync=policies.AllTasks(), assign=policies.OnePerWorker(),
+    return _groups_config(name, grouping, lr_rule, staleness, batch_sizes, granularity,
+                          stall_timeout_s, "GroupedSyncStrategy")
+
+
+def _groups_config(name, grouping, lr_rule, staleness, sized, granularity, stall_timeout_s,
+                   who) -> EngineConfig:
+    """Grouped sync's rounds (grouped sync, CASP): one task per member, or with ``sized``
+    the group's batches split across its members by speed (``BalancedBatches.for_group``)."""
+    if not isinstance(sized, bool):
+        raise ValueError(f"{who}(batch_sizes={sized!r}): use True or False.")
+    assign, granule = policies.OnePerWorker(), None
+    if sized:
+        # workers only matters for a global_batch check, and grouped sync has none: a
+        # group's batch is its members' dataset batches.
+        assign, granule = batch_sizes(who, 1, None, granularity), granularity
+        name += "-sized"
+    return EngineConfig(name, sync=policies.AllTasks(), assign=assign, granule=granule,
                         grouping=grouping, update_scale=policies.GroupScale(lr_rule, staleness),
                         stall_timeout_s=stall_timeout_s)
 
@@ -332,8 +351,8 @@ def dynsgd(workers: int, *, stall_timeout_s: float = 600.0) -> EngineConfig:
 
 
 def casp(workers: int, *, agent=None, decide_every: int = 10, greedy: bool = True,
-         lr_rule: str = "linear", staleness: str = "none",
-         stall_timeout_s: float = 600.0) -> EngineConfig:
+         lr_rule: str = "linear", staleness: str = "none", batch_sizes: bool = False,
+         granularity: int = 8, stall_timeout_s: float = 600.0) -> EngineConfig:
     """CASP (arguments: :class:`~tf_hetero.strategies.casp.CASPStrategy`): grouped sync
     whose communities the agent of :mod:`tf_hetero.policies.community` decides.
 
@@ -346,6 +365,5 @@ def casp(workers: int, *, agent=None, decide_every: int = 10, greedy: bool = Tru
         grouping = CommunityGroups(agent, every=decide_every, greedy=greedy)
     except ValueError as e:
         raise ValueError(f"CASPStrategy: {e}") from None
-    return EngineConfig("casp", sync=policies.AllTasks(), assign=policies.OnePerWorker(),
-                        grouping=grouping, update_scale=policies.GroupScale(lr_rule, staleness),
-                        stall_timeout_s=stall_timeout_s)
+    return _groups_config("casp", grouping, lr_rule, staleness, batch_sizes, granularity,
+                          stall_timeout_s, "CASPStrategy")

@@ -18,6 +18,12 @@ only its own group. One group is BSP exactly; one group per worker is asynchrono
 - **Staleness** (``staleness="inverse"``): a group's update is divided by 1 + s, s the updates
   other groups applied since its tasks read the model (measured per round; the monitor
   records it per task, ``Round.info["staleness"]``).
+- **Batch sizes inside a group** (``batch_sizes=True``, granules of ``granularity`` samples):
+  a group's round still reads its members' dataset batches (group size x the dataset batch)
+  but splits them across the members in proportion to their measured speed, as H-PS does for
+  the whole cluster (:class:`~tf_hetero.policies.GroupBatches`), so a slower member of a
+  group no longer sets the group's round; one group with ``batch_sizes=True`` is H-PS.
+  Default ``False``: one dataset batch per member, as the paper's groups.
 
 ``DynSGDStrategy``: one group per worker and ``staleness="inverse"``, ``lr_rule="none"``:
 asynchronous SGD whose updates are scaled by 1 / (1 + staleness). Each update is its own
@@ -39,6 +45,7 @@ class GroupedSyncStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, groups=2,
                  regroup_every: int = 10, lr_rule: str = "linear", staleness: str = "none",
+                 batch_sizes: bool = False, granularity: int = 8,
                  stall_timeout_s: float = 600.0,
                  placement="round_robin", connect_timeout_s: float | None = None,
                  rebalance=None):
@@ -47,7 +54,8 @@ class GroupedSyncStrategy(HeteroStrategy):
                          connect_timeout_s=connect_timeout_s, rebalance=rebalance,
                          config=configs.grouped(workers, groups=groups,
                                                 regroup_every=regroup_every, lr_rule=lr_rule,
-                                                staleness=staleness,
+                                                staleness=staleness, batch_sizes=batch_sizes,
+                                                granularity=granularity,
                                                 stall_timeout_s=stall_timeout_s))
 
 

@@ -3,7 +3,7 @@ need to know of its strategy: how to build it, what a number after its name mean
 many micro-batches one update averages (the learning-rate rule).
 
 >>> names()
-['asp', 'backup', 'bsp', 'casp', 'dynsgd', 'epsp', 'epspslack', 'grouped', 'hps', 'hpsfp', 'hpsint', 'hpsoverlap', 'hpspipe', 'pss', 'ssp']
+['asp', 'backup', 'bsp', 'casp', 'caspsized', 'dynsgd', 'epsp', 'epspslack', 'grouped', 'groupedsized', 'hps', 'hpsfp', 'hpsint', 'hpsoverlap', 'hpspipe', 'pss', 'ssp']
 >>> parse("backup2"), parse("ssp"), parse("bsp")
 (('backup', 2), ('ssp', 3), ('bsp', None))
 >>> updates_per_round("backup1", 4), updates_per_round("hps", 4), updates_per_round("hps16", 4)
@@ -208,6 +208,13 @@ def _builtin():
              help="async, each update scaled by 1/(1+staleness) (DynSGD)")
     register("casp", **preset("CASPStrategy", "casp"), updates=lambda n, a: n,
              help="community-aware sync: a trained A3C agent picks the speed communities")
+    register("groupedsized", **preset("GroupedSyncStrategy", "grouped", groups=_ARG,
+                                      batch_sizes=True), default_arg=2, arg="groups",
+             updates=lambda n, a: n,
+             help="grouped sync, each group's batches split across its members by speed")
+    register("caspsized", **preset("CASPStrategy", "casp", batch_sizes=True),
+             updates=lambda n, a: n,
+             help="CASP, each community's batches split across its members by speed")
 
 
 _ARG = object()  # in preset(): "the number after the name goes here"

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from tf_hetero.engine import RoundEngine
-from tf_hetero.policies import AllTasks, BalancedBatches, OnePerWorker
+from tf_hetero.policies import AllTasks, BalancedBatches, ElasticParallelism, OnePerWorker
 from tf_hetero.policies.group import FixedGroups, GroupContext, SpeedGroups, normalize_groups
 from tf_hetero.policies.scale import GroupScale
 from tf_hetero.telemetry import Monitor
@@ -119,8 +119,96 @@ def test_one_group_is_bsp():
 
 def test_grouping_refuses_a_policy_that_sizes_one_global_batch():
     with pytest.raises(ValueError, match="groups need one that plans per group"):
-        RoundEngine(2, AllTasks(), BalancedBatches(4), FakeDispatcher(),
-                    grouping=FixedGroups([[0], [1]]))
+        RoundEngine(2, AllTasks(), ElasticParallelism(2, batches=BalancedBatches(4)),
+                    FakeDispatcher(), grouping=FixedGroups([[0], [1]]))
+
+
+# ------------------------------------------------------ batch sizes inside a group
+def sized(num_workers, grouping, step_units=2):
+    """Grouped sync with per-member batch sizes: a global batch of one dataset batch
+    (``step_units`` units) per worker, each group splitting its members' share."""
+    clock = FakeClock()
+    d = FakeDispatcher()
+    m = Monitor(num_workers, clock=clock)
+    e = RoundEngine(num_workers, AllTasks(), BalancedBatches(num_workers * step_units,
+                                                             step_units=step_units),
+                    d, monitor=m, clock=clock, grouping=grouping)
+    return e, d, m, clock
+
+
+def drive(engine, dispatcher, clock, unit_s, max_waves=50):
+    """Runs every dispatched task (``unit_s[w]`` seconds per unit on worker ``w``) and
+    every apply, wave after wave, until nothing is dispatched."""
+    for _ in range(max_waves):
+        live = [(t, w) for t, w, _ in dispatcher.dispatched if t.state == "dispatched"]
+        if not live:
+            return
+        for t, w in live:
+            engine.task_started(t, w)
+            clock.advance(unit_s[w] * t.size)
+            engine.task_finished(t, w)
+        for r in engine.rounds:
+            if r.closed and r.applied < 0:
+                engine.apply_finished(r.id, sum(r.lanes.values()))
+    raise AssertionError("tasks still dispatched after max_waves")
+
+
+def test_a_group_splits_its_members_batches_by_speed_and_covers_their_steps():
+    # Worker 1 is 2x slower than worker 0, in one group; worker 2 alone. The pair's round
+    # reads the pair's 2 dataset batches (4 units) as 3 + 1 once speeds are measured (even
+    # before), so both finish together; it covers 2 of fit's steps in 2 tasks.
+    e, d, m, clock = sized(3, FixedGroups([[0, 1], [2]]))
+    unit_s = {0: 0.01, 1: 0.03, 2: 0.01}
+    tasks = [e.submit(i) for i in range(12)]
+    drive(e, d, clock, unit_s)
+    assert all(t.state == "done" for t in tasks)
+    pair = [r for r in e.rounds if r.info["group"] == [0, 1]]
+    assert [sum(t.size for t in r.tasks) for r in pair] == [4] * len(pair)
+    assert pair[0].info["sizes"] == {0: 2, 1: 2}  # nothing measured yet: even
+    assert pair[-1].info["sizes"] == {0: 3, 1: 1}  # then by speed
+    assert all(r.applied == 4 for r in pair)
+    lone = [r for r in e.rounds if r.info["group"] == [2]]
+    assert all(r.info["sizes"] == {2: 2} and r.applied == 2 for r in lone)
+    assert 2 * len(pair) + len(lone) == 12  # every step in one round, none absorbed
+
+
+def test_one_sized_group_plans_as_h_ps():
+    # One group of all workers with sized rounds is H-PS's BalancedBatches, round for round.
+    e, d, m, clock = sized(3, SpeedGroups(1))
+    h_clock, h_d = FakeClock(), FakeDispatcher()
+    h_m = Monitor(3, clock=h_clock)
+    h = RoundEngine(3, AllTasks(), BalancedBatches(6, step_units=2), h_d, monitor=h_m,
+                    clock=h_clock)
+    unit_s = {0: 0.01, 1: 0.02, 2: 0.04}
+    for engine, dispatcher, c in ((e, d, clock), (h, h_d, h_clock)):
+        for i in range(30):
+            engine.submit(i)
+        drive(engine, dispatcher, c, unit_s)
+    assert len(e.rounds) == len(h.rounds) == 10
+    assert [r.info["sizes"] for r in e.rounds] == [r.info["sizes"] for r in h.rounds]
+    assert e.rounds[-1].info["sizes"] != {0: 2, 1: 2, 2: 2}  # the speeds moved the split
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sized_groups_read_every_step_once_across_random_regroups(seed):
+    """Random schedules and a random regroup after every round: every step of fit is run or
+    absorbed exactly once, every round's units are applied once, and a group's round reads
+    its members' batches (group size x step units) except at the flush that ends the fit."""
+    rng = random.Random(seed)
+    n, total, step = 5, 80, 2
+    e, d, m, clock = sized(n, RandomGroups(n, seed), step_units=step)
+    submitted = play(e, d, total, rng, clock=clock)
+    assert len([f for _, name, f in m.events if name == "regroup"]) >= 3
+    ran = [t for r in e.rounds for t in r.tasks]
+    absorbed = [t for r in e.rounds for t in r.absorbed]
+    assert len(ran) + len(absorbed) == len({id(t) for t in ran + absorbed}) == total
+    assert all(t.state in ("done", "absorbed") for t in submitted)
+    for r in e.rounds:
+        group = r.info["group"]
+        assert {t.worker for t in r.tasks} <= set(group)
+        assert r.applied == sum(t.size for t in r.tasks)  # every unit read is applied once
+        if len(r.tasks) + len(r.absorbed) == len(group):  # a full round (not the tail)
+            assert sum(t.size for t in r.tasks) == len(group) * step
 
 
 # ------------------------------------------------------------------- the policies

@@ -257,3 +257,48 @@ def test_pipelined_sized_rounds_apply_every_granule_they_counted(cluster):
     # last): every apply is one whole global batch, and together they apply every granule.
     assert all(r.applied in (0, units) for r in rounds), [r.applied for r in rounds]
     assert sum(r.applied for r in rounds) == trained == len(rounds[:-1]) * units
+
+
+# ---------------------------------------------- batch sizes inside groups (grouped, CASP)
+def test_one_sized_group_is_one_step_on_the_global_batch(cluster):
+    """GroupedSyncStrategy(groups=1, batch_sizes=True) is H-PS: one task per worker, sized by
+    speed, each round one optimizer step on the concatenated global batch (to 1e-5)."""
+    import tf_hetero
+
+    rounds = 8
+    strategy = tf_hetero.GroupedSyncStrategy(cluster.resolver, groups=1, batch_sizes=True,
+                                             granularity=GRANULE)
+    model, x, y = _fit(strategy, rounds, "momentum", profile="slow=2:4;base_ms=40")
+    engine = strategy.engine
+    units = N * BATCH // GRANULE
+    assert len(engine.rounds) == rounds
+    for r in engine.rounds:
+        assert sorted(t.worker for t in r.tasks) == list(range(N))
+        assert sum(t.size for t in r.tasks) == units == r.applied
+    assert any(len({t.size for t in r.tasks}) > 1 for r in engine.rounds), \
+        [r.info["sizes"] for r in engine.rounds]  # uneven somewhere: the weighting matters
+    for got, want in zip(model.get_weights(), _reference(engine, x, y, "momentum")):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_sized_groups_split_each_groups_batches_and_apply_every_granule_once(cluster):
+    """Two fixed groups with batch sizes: the pair's rounds read the pair's 2 batches split
+    by speed (its 3x member takes the smaller share once measured), the lone worker's read
+    its own batch; every granule read is applied once, and the fit's steps are covered."""
+    import tf_hetero
+
+    strategy = tf_hetero.GroupedSyncStrategy(cluster.resolver, groups=[[0, 1], [2]],
+                                             batch_sizes=True, granularity=GRANULE)
+    steps = 10 * N
+    progress = tf_hetero.Progress(interval_s=60, stream=io.StringIO())
+    _fit(strategy, 10, profile="slow=1:3;base_ms=40", callbacks=[progress])
+    per_batch = BATCH // GRANULE
+    pair = [r for r in strategy.engine.rounds if r.info["group"] == [0, 1]]
+    lone = [r for r in strategy.engine.rounds if r.info["group"] == [2]]
+    assert all(sum(t.size for t in r.tasks) == 2 * per_batch for r in pair[:-1])
+    assert all(sum(t.size for t in r.tasks) == per_batch for r in lone)
+    assert all(r.applied == sum(t.size for t in r.tasks) for r in pair + lone)
+    last = pair[-4:-1]
+    assert all(r.info["sizes"][1] < r.info["sizes"][0] for r in last), \
+        [r.info["sizes"] for r in pair]
+    assert f"tasks {steps}/{steps}" in progress.line()

@@ -82,16 +82,18 @@ class RoundEngine:
         self.num_workers = num_workers
         self.monitor = monitor
         self.grouping, self.update_scale = grouping, update_scale
+        self._assign = assign  # grouped: what every book's assignment policy is made from
         if grouping is not None:
             if books is not None:
                 raise ValueError("give books or a grouping policy, not both.")
-            if hasattr(assign, "set_units"):
+            if hasattr(assign, "set_units") and not hasattr(assign, "for_group"):
                 raise ValueError(f"grouping: the assignment policy {assign!r} sizes a global "
                                  "batch across all workers; groups need one that plans per "
-                                 "group (e.g. OnePerWorker).")
+                                 "group (e.g. OnePerWorker, or BalancedBatches: a share of "
+                                 "the global batch per group).")
             groups = normalize_groups(grouping.groups(GroupContext(
                 tuple(range(num_workers)), None, 0, monitor, num_workers)), num_workers)
-            books = [(g, sync, assign) for g in groups]
+            books = [(g, sync, self._group_assign(g)) for g in groups]
         if books is None:
             books = [(range(num_workers), sync or Async(), assign or OnePerWorker())]
         self.books = [Book(i, frozenset(w), s, a) for i, (w, s, a) in enumerate(books)]
@@ -154,10 +156,21 @@ class RoundEngine:
                              "'rounds', or the single book 'async'.")
 
     # ------------------------------------------------------------------ fit side
+    def _group_assign(self, workers) -> object:
+        """A group's assignment policy: its own share of the global batch when the policy
+        sizes one (``for_group``: a group's round is its members' batches, split by speed),
+        else the policy every book shares (one task per member)."""
+        if hasattr(self._assign, "for_group"):
+            return self._assign.for_group(len(workers), self.num_workers)
+        return self._assign
+
     @property
     def round_steps(self) -> float | None:
         """Steps of fit one round covers when its assignment policy says (sized rounds:
-        the global batch in dataset batches), else ``None`` (one per task)."""
+        the global batch in dataset batches), else ``None`` (one per task). Grouped sync:
+        ``None`` (a group's round covers its members' steps: the mean group size)."""
+        if self.grouping is not None:
+            return None
         return getattr(self.books[0].assign, "round_steps", None)
 
     @property
@@ -550,8 +563,9 @@ class RoundEngine:
             return False
         groups, self._regroup_to = self._regroup_to, None
         base = max(self._books) + 1
-        sync, assign = self.books[0].sync, self.books[0].assign
-        self.books = [Book(base + i, frozenset(g), sync, assign) for i, g in enumerate(groups)]
+        sync = self.books[0].sync
+        self.books = [Book(base + i, frozenset(g), sync, self._group_assign(g))
+                      for i, g in enumerate(groups)]
         self._books.update({b.id: b for b in self.books})
         if self.monitor:
             self.monitor.on_event("regroup", groups=[list(g) for g in groups])

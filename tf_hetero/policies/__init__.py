@@ -4,7 +4,8 @@ per family, each implementing one Protocol of :mod:`tf_hetero.engine.api`.
 - :mod:`~tf_hetero.policies.sync` -- ``should_close(round, now)``: Async, AllTasks, FirstK,
   SlackSync;
 - :mod:`~tf_hetero.policies.assign` -- ``plan(RoundContext) -> Plan``: OnePerWorker,
-  OnePerIdleWorker, ElasticParallelism, SpeedProportional, BalancedBatches;
+  OnePerIdleWorker, ElasticParallelism, SpeedProportional, BalancedBatches,
+  GroupBatches (a group's share of BalancedBatches' global batch);
 - :mod:`~tf_hetero.policies.gate` -- ``may_start(worker, clocks)``: Unbounded, StalenessBound;
 - :mod:`~tf_hetero.policies.late` -- ``weight(staleness)``: StalenessWeight;
 - :mod:`~tf_hetero.policies.transfer` -- ``should_transfer(elapsed, typical)``: TransferAfter;
@@ -18,8 +19,8 @@ per family, each implementing one Protocol of :mod:`tf_hetero.engine.api`.
   ``check(step, loss)``: LossGuard (asynchronous strategies).
 """
 
-from tf_hetero.policies.assign import (BalancedBatches, ElasticParallelism, OnePerIdleWorker,
-                                       OnePerWorker, SpeedProportional)
+from tf_hetero.policies.assign import (BalancedBatches, ElasticParallelism, GroupBatches,
+                                       OnePerIdleWorker, OnePerWorker, SpeedProportional)
 from tf_hetero.policies.diverge import DivergenceError, DivergenceGuard, LossGuard
 from tf_hetero.policies.estimate import (Projection, StragglerProjection, smoothed_time, warm)
 from tf_hetero.policies.gate import StalenessBound, Unbounded
@@ -31,7 +32,7 @@ from tf_hetero.policies.sync import AllTasks, Async, FirstK, SlackSync
 from tf_hetero.policies.transfer import TransferAfter
 
 __all__ = ["Async", "AllTasks", "FirstK", "SlackSync", "OnePerWorker", "OnePerIdleWorker",
-           "ElasticParallelism", "SpeedProportional", "BalancedBatches", "Unbounded", "StalenessBound",
+           "ElasticParallelism", "SpeedProportional", "BalancedBatches", "GroupBatches", "Unbounded", "StalenessBound",
            "StalenessWeight", "TransferAfter", "Projection", "StragglerProjection",
            "smoothed_time", "warm", "DivergenceGuard", "LossGuard", "DivergenceError", "FixedGroups",
            "SpeedGroups", "GroupScale", "SampledScale", "CommunityGroups"]

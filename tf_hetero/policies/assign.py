@@ -20,7 +20,7 @@ from tf_hetero.engine.api import Plan, Pulled, RoundContext
 from tf_hetero.policies.estimate import DEFAULT_ALPHA, StragglerProjection, smoothed_time
 
 __all__ = ["OnePerWorker", "OnePerIdleWorker", "ElasticParallelism", "SpeedProportional",
-           "BalancedBatches"]
+           "BalancedBatches", "GroupBatches"]
 
 
 class OnePerWorker:
@@ -303,31 +303,39 @@ class BalancedBatches:
         """Steps of fit a round covers on average (``None`` without ``step_units``)."""
         return None if self.step_units is None else self.units / self.step_units
 
-    def steps(self, round_id: int) -> int | None:
+    def steps(self, round_id: int, units: int | None = None) -> int | None:
         """Steps of fit round ``round_id`` covers: its share of the cumulative global
-        batches, so fractions of a step add up over rounds (``None`` without
-        ``step_units``)."""
+        batches (of ``units``, default :attr:`units`), so fractions of a step add up over
+        rounds (``None`` without ``step_units``)."""
         if self.step_units is None:
             return None
-        return ((round_id + 1) * self.units // self.step_units
-                - round_id * self.units // self.step_units)
+        units = self.units if units is None else units
+        return ((round_id + 1) * units // self.step_units
+                - round_id * units // self.step_units)
 
-    def budget(self, worker: int) -> int:
-        return _budget(self.memory_budget, worker, self.units)
+    def budget(self, worker: int, units: int | None = None) -> int:
+        return _budget(self.memory_budget, worker, self.units if units is None else units)
 
-    def shares(self, times: Mapping[int, float]) -> dict[int, int]:
+    def for_group(self, size: int, num_workers: int) -> "GroupBatches":
+        """The policy of one group of ``size`` of the ``num_workers`` workers, with rounds of
+        its own (grouped sync, CASP): see :class:`GroupBatches`."""
+        return GroupBatches(self, size, num_workers)
+
+    def shares(self, times: Mapping[int, float], units: int | None = None) -> dict[int, int]:
         """Units per worker: proportional to speed (``1 / times[w]``), rounded so that the
         projected makespan ``max k_w t_w`` is smallest (ties: the larger remainder), within
-        ``[min_units, budget]``.
+        ``[min_units, budget]``; ``units`` (default :attr:`units`) in all.
 
         >>> BalancedBatches(16).shares({0: 0.02, 1: 0.02, 2: 0.08})
         {0: 7, 1: 7, 2: 2}
         """
-        speed = {w: 1.0 / t for w, t in times.items()}
+        units = self.units if units is None else units
+        # A task measured as taking no time (a coarse clock) is very fast, not a crash.
+        speed = {w: 1.0 / max(t, 1e-9) for w, t in times.items()}
         total = sum(speed.values())
-        ideal = {w: self.units * v / total for w, v in speed.items()}
-        k = {w: min(max(int(ideal[w]), self.min_units), self.budget(w)) for w in times}
-        while sum(k.values()) > self.units:  # the floors ask too much: the slowest give
+        ideal = {w: units * v / total for w, v in speed.items()}
+        k = {w: min(max(int(ideal[w]), self.min_units), self.budget(w, units)) for w in times}
+        while sum(k.values()) > units:  # the floors ask too much: the slowest give
             w = max((w for w in k if k[w] > self.min_units), key=lambda w: (k[w] * times[w], w),
                     default=None)
             if w is None:
@@ -336,44 +344,101 @@ class BalancedBatches:
         # Each unit left goes to the open worker that would finish it first; only that
         # worker's key changes, so a heap keeps the choice O(log N) (a scan of every worker
         # per unit cost seconds per round at 1000 workers).
-        left = self.units - sum(k.values())
+        left = units - sum(k.values())
         key = lambda w: ((k[w] + 1) * times[w], k[w] - ideal[w], w)  # noqa: E731
-        heap = [key(w) for w in k if k[w] < self.budget(w)]
+        heap = [key(w) for w in k if k[w] < self.budget(w, units)]
         heapq.heapify(heap)
         while left > 0 and heap:  # an empty heap: the budgets cap the round
             w = heapq.heappop(heap)[2]
             k[w] += 1
             left -= 1
-            if k[w] < self.budget(w):
+            if k[w] < self.budget(w, units):
                 heapq.heappush(heap, key(w))
         return dict(sorted(k.items()))
 
-    def plan(self, ctx: RoundContext) -> Plan:
+    def plan(self, ctx: RoundContext, units: int | None = None) -> Plan:
+        """The round's sized tasks: ``units`` (default :attr:`units`) split across the live
+        workers of ``ctx``."""
         if self.units is None:
             raise ValueError(
                 "the global batch of a round is not known: the workers' data set was not made "
                 "by this strategy. Fix: create per-worker data with "
                 "strategy.distribute_datasets_from_function (model.fit with a DatasetCreator "
                 "does), or pass the strategy's global_batch.")
+        units = self.units if units is None else units
         live = list(ctx.live)
         times = {w: smoothed_time(ctx.monitor.unit_times(w), self.alpha)
                  if ctx.monitor is not None else math.nan for w in live}
         if any(math.isnan(t) for t in times.values()):
             times = {w: 1.0 for w in live}  # nothing measured yet: an even split
-        shares = self.shares(times)
+        shares = self.shares(times, units)
         workers = [w for w in live if shares.get(w, 0) > 0]
         known = {w: t for w, t in times.items()}
         expected = max(shares[w] * known[w] for w in workers) if workers else math.nan
         info = {"sizes": {w: shares[w] for w in workers},
                 "unit_ms": {w: 1e3 * t for w, t in known.items()}, "expected_s": expected,
-                "capped": sum(shares.values()) < self.units}
+                "capped": sum(shares.values()) < units}
         return Plan(workers, info, expected, {w: shares[w] * known[w] for w in workers},
-                    sizes=[shares[w] for w in workers], steps=self.steps(ctx.round_id))
+                    sizes=[shares[w] for w in workers], steps=self.steps(ctx.round_id, units))
 
     def __repr__(self):
         return (f"BalancedBatches(units={self.units}, step_units={self.step_units}, "
                 f"min_units={self.min_units}, "
                 f"memory_budget={self.memory_budget!r}, alpha={self.alpha})")
+
+
+class GroupBatches:
+    """:class:`BalancedBatches` for one group of workers with rounds of its own (grouped
+    sync, CASP): a group of ``size`` of the ``num_workers`` workers splits its share of the
+    global batch, ``units x size / num_workers`` (the group's own dataset batches: BSP within
+    the group), across its live members in proportion to their speed, so a 2x member of a
+    community no longer sets the community's round. Its rounds cover ``size`` of fit's
+    steps when the global batch is one dataset batch per worker (the default).
+
+    It reads ``batches``' units when it plans, not when it is made: the strategy knows the
+    global batch only once it builds the workers' data, after the first groups are formed.
+    The engine makes one per book (:meth:`BalancedBatches.for_group`), again at every regroup.
+
+    >>> from tf_hetero.engine import RoundContext
+    >>> class M:
+    ...     def unit_times(self, w): return [[0.02] * 3, [0.04] * 3, [0.02] * 3][w]
+    >>> group = BalancedBatches(24, step_units=8).for_group(2, num_workers=3)
+    >>> p = group.plan(RoundContext(5, idle=(0, 1), monitor=M()))
+    >>> group.units, p.entries, p.sizes, p.steps
+    (16, [0, 1], [11, 5], 2)
+    """
+
+    def __init__(self, batches: BalancedBatches, size: int, num_workers: int):
+        if not 1 <= size <= num_workers:
+            raise ValueError(f"a group of {size} of {num_workers} workers: need 1 to "
+                             f"{num_workers}.")
+        self.batches, self.size, self.num_workers = batches, size, num_workers
+
+    @property
+    def units(self) -> int | None:
+        """The group's share of the global batch, in work units (``None`` until it is set)."""
+        if self.batches.units is None:
+            return None
+        units, rest = divmod(self.batches.units * self.size, self.num_workers)
+        if rest or units < self.size * self.batches.min_units:
+            raise ValueError(
+                f"a group of {self.size} of {self.num_workers} workers cannot take an equal "
+                f"share of a global batch of {self.batches.units} units "
+                f"(min {self.batches.min_units} per worker). Fix: give a global batch that is a "
+                "multiple of the workers (the default: one dataset batch per worker).")
+        return units
+
+    @property
+    def round_steps(self) -> float | None:
+        """Steps of fit one of the group's rounds covers (``None`` without ``step_units``)."""
+        step = self.batches.step_units
+        return None if step is None else self.units / step
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        return self.batches.plan(ctx, self.units)
+
+    def __repr__(self):
+        return f"GroupBatches({self.size} of {self.num_workers}, {self.batches!r})"
 
 
 def _budget(memory_budget, worker: int, default: int) -> int:
