@@ -15,7 +15,9 @@ contiguous communities (exact 1-D k-means). Design, action space and its evaluat
 docs/CASP.md.
 
 - ``agent``: path to an ``.npz`` of :class:`~tf_hetero.policies.community.ActorCritic`
-  weights (default: the shipped agent).
+  weights (default: the shipped agent; with ``batch_sizes=True`` the shipped agent trained
+  on communities with per-member batch sizes, ``casp_agent_sized.npz``, ``train_casp train
+  --sized``).
 - ``decide_every``: applied updates between the agent's decisions; ``greedy``: its most
   probable ``k`` (else sampled).
 - ``lr_rule``, ``staleness``: each community's update rule, and ``batch_sizes``,

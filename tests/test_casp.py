@@ -177,7 +177,7 @@ class _Monitor:
                       for r in range(rounds) for w, t in times.items()]
         self.now, self.events = rounds * span, []
 
-    def durations(self, w):
+    def unit_times(self, w):
         return self._d[w]
 
     def clock(self):
@@ -206,6 +206,23 @@ def test_the_shipped_agent_puts_a_clear_4x_straggler_in_a_community_of_its_own()
         times[n - 1] = 0.4
         k, groups = _decide(times)
         assert groups == (tuple(range(n - 1)), (n - 1,)), (n, k)
+
+
+def test_the_agent_sees_a_straggler_inside_a_sized_community_by_its_speed_per_unit():
+    """batch_sizes=True: a balanced community's tasks all take ~0.4 s, the 4x member's
+    reading 1 unit, the others 4. By task durations the agent would see four equal workers
+    and keep them together; per unit it sees the 4x straggler and splits it out."""
+    from tf_hetero.telemetry import Monitor
+
+    clock = [0.0]
+    m = Monitor(4, clock=lambda: clock[0])
+    for r in range(20):
+        for w in range(4):
+            m.record_task(w, 0.4 * r, 0.4 * r + 0.4, True, 0, r, size=1 if w == 3 else 4)
+    clock[0] = 8.0
+    policy = CommunityGroups()
+    first = policy.groups(GroupContext((0, 1, 2, 3), None, 0, None, 4))
+    assert policy.groups(GroupContext((0, 1, 2, 3), first, 10, m, 4)) == ((0, 1, 2), (3,))
 
 
 def test_the_shipped_weights_are_in_the_package():

@@ -223,7 +223,7 @@ class _Times:
     def __init__(self, times):
         self.times = times
 
-    def durations(self, w):
+    def unit_times(self, w):
         return [self.times[w]] * 5
 
 
@@ -396,3 +396,16 @@ def test_ssp_a_restarted_worker_rejoins_at_the_slowest_count_and_holds_no_one_ba
         e.apply_finished(t.round, 1)
     assert sorted(w for _, w, _ in d.dispatched[n:]) == [0, 1, 2]
     assert len(tasks) == 40
+
+
+def test_groupings_read_speed_per_unit_so_balanced_sized_tasks_still_show_a_straggler():
+    # Inside a sized group every task takes ~0.2 s: worker 3 reads 1 unit in that time, the
+    # others 4. Read by task duration the four look alike and nothing would be split; per
+    # unit, worker 3 is 4x slower.
+    m = Monitor(4, clock=FakeClock())
+    for r in range(6):
+        for w in range(4):
+            m.record_task(w, r, r + 0.2, True, 0, r, size=1 if w == 3 else 4)
+    current = ((0, 1, 2, 3),)
+    assert SpeedGroups(2, every=1).groups(GroupContext((0, 1, 2, 3), current, 5, m, 4)) == (
+        (0, 1, 2), (3,))

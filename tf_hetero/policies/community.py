@@ -63,7 +63,7 @@ import numpy as np
 from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time
 from tf_hetero.policies.group import GroupContext, SpeedGroups, _Figures, normalize_groups
 
-__all__ = ["MAX_K", "MERGE_RATIO", "STATE_SIZE", "DEFAULT_WEIGHTS", "communities", "state_features",
+__all__ = ["MAX_K", "MERGE_RATIO", "STATE_SIZE", "DEFAULT_WEIGHTS", "SIZED_WEIGHTS", "communities", "state_features",
            "ActorCritic", "A3C", "CommunityGroups"]
 
 #: Largest number of communities the agent may choose (its output layer's size).
@@ -74,6 +74,10 @@ STATE_SIZE = len(_QUANTILES) + 2 + MAX_K + 2 + 1 + MAX_K + 3
 #: The trained agent shipped with the package (``python -m tf_hetero.tools.train_casp``).
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources",
                                "casp_agent.npz")
+#: The agent trained on communities with per-member batch sizes (``train_casp train
+#: --sized``; ``CASPStrategy(batch_sizes=True)``): inside such a community a slower member
+#: costs a smaller share, not a wait, so the best number of communities differs.
+SIZED_WEIGHTS = os.path.join(os.path.dirname(DEFAULT_WEIGHTS), "casp_agent_sized.npz")
 _LOG8 = math.log(8.0)  # speeds are scaled so that an 8x straggler is 1.0
 #: Communities whose workers are all within this factor of each other are one: a barrier
 #: then wastes at most 20% of its fastest member's time, less than the staleness a split
@@ -220,11 +224,14 @@ class ActorCritic:
     def load(cls, path: str) -> "ActorCritic":
         """The network saved at ``path`` by :meth:`save`."""
         if not os.path.exists(path):
-            fix = ("reinstall tf-hetero (the package ships them) or train them" if
-                   os.path.abspath(path) == os.path.abspath(DEFAULT_WEIGHTS) else
+            shipped = {os.path.abspath(DEFAULT_WEIGHTS): "train",
+                       os.path.abspath(SIZED_WEIGHTS): "train --sized"}
+            command = shipped.get(os.path.abspath(path), "train")
+            fix = ("reinstall tf-hetero (the package ships them) or train them"
+                   if os.path.abspath(path) in shipped else
                    "train them (or pass agent=None for the shipped ones)")
             raise FileNotFoundError(f"CASP agent weights {path!r} not found. Fix: {fix}: "
-                                    "python -m tf_hetero.tools.train_casp train.")
+                                    f"python -m tf_hetero.tools.train_casp {command}.")
         with np.load(path) as f:
             params = {k: f[k].astype(float) for k in cls.KEYS}
             meta = {k[5:]: f[k].item() for k in f.files if k.startswith("meta_")}
@@ -378,7 +385,9 @@ class CommunityGroups(_Figures):
             return (tuple(range(n)),)
         if ctx.rounds_applied - self._last < self.every or ctx.monitor is None:
             return None
-        histories = [ctx.monitor.durations(w) for w in range(n)]
+        # Per work unit: inside a sized community (batch_sizes=True) every member's task
+        # takes about as long, whatever its speed; unsized tasks are one unit each.
+        histories = [ctx.monitor.unit_times(w) for w in range(n)]
         if any(len(h) < self.warmup for h in histories):
             return None
         with self._lock:
@@ -415,8 +424,9 @@ class CommunityGroups(_Figures):
         self._since = (seen + len(tasks), now)
         if not tasks or now <= t0:
             return 0.0, 0.0, seen + len(tasks)
-        fastest = min(times.values())
-        rate = len(tasks) / (now - t0) * fastest / n
+        fastest = min(times.values())  # seconds per unit
+        # Units, not tasks: a sized task of k units is k units of the all-fast capacity.
+        rate = sum(max(t.size, 1) for t in tasks) / (now - t0) * fastest / n
         stale = [t.staleness for t in tasks if t.applied]
         return rate, (sum(stale) / len(stale) if stale else 0.0), seen + len(tasks)
 

@@ -134,7 +134,9 @@ class SpeedGroups(_Figures):
             return None
         times = {}
         for w in range(n):
-            history = ctx.monitor.durations(w)
+            # Per work unit: a sized group's tasks take equal times whatever their members'
+            # speeds (unsized tasks are one unit: their durations).
+            history = ctx.monitor.unit_times(w)
             if len(history) < self.warmup:
                 return None
             times[w] = smoothed_time(history, self.alpha)

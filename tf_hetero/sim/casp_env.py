@@ -119,15 +119,19 @@ def bench_config(workers: int, profile: str, *, rounds: int = 80, seed: int = 0,
         warmup_updates=0, dataset="digits")
 
 
-def casp_simulation(cfg, costs, policy: CommunityGroups, learn: bool = True):
+def casp_simulation(cfg, costs, policy: CommunityGroups, learn: bool = True,
+                    sized: bool = False):
     """A :class:`~tf_hetero.sim.run.Simulation` of CASP with ``policy`` as its grouping
-    (the registry's ``casp`` builds the shipped agent; training needs its own policy)."""
+    (the registry's ``casp`` builds the shipped agent; training needs its own policy);
+    ``sized``: each community's batches split across its members by speed
+    (``CASPStrategy(batch_sizes=True)``)."""
     from tf_hetero.sim.run import Simulation
 
     # grouped1 has CASP's books (one community at the start), rounds and update rule.
-    sim = Simulation("grouped1", cfg, costs, learn=learn)
+    sim = Simulation("groupedsized1" if sized else "grouped1", cfg, costs, learn=learn)
     sim.engine.grouping = policy
-    sim.config = dataclasses.replace(sim.config, name="casp", grouping=policy)
+    sim.config = dataclasses.replace(sim.config, name="caspsized" if sized else "casp",
+                                     grouping=policy)
     sim.monitor.add_summary(policy.summary)
     return sim
 
@@ -152,6 +156,9 @@ class SimEnv:
     """One A3C learner's environment (module docstring). ``profiles(rng) -> (workers,
     profile)`` draws an episode's cluster; ``rounds`` its length in BSP-sized rounds.
 
+    ``sized``: communities with per-member batch sizes (the agent of
+    ``CASPStrategy(batch_sizes=True)``).
+
     ``reset() -> state``; ``step(action) -> (state, reward, done, info)``; ``info`` of the
     last step: ``workers``, ``profile``, ``time_to_target_s``, ``fit_s``, ``mean_k``.
     """
@@ -159,10 +166,10 @@ class SimEnv:
     def __init__(self, costs, *, seed: int = 0, profiles=training_profile,
                  horizon_s: float = 12.0, rounds: int = 400, every: int = 10,
                  reward_scale: float = REWARD_SCALE, traffic_cost: float = TRAFFIC_COST,
-                 progress: str = "loss", target: float = 0.9):
+                 progress: str = "loss", target: float = 0.9, sized: bool = False):
         if progress not in ("loss", "accuracy"):
             raise ValueError(f"SimEnv(progress={progress!r}): use 'loss' or 'accuracy'.")
-        self.progress, self.target = progress, target
+        self.progress, self.target, self.sized = progress, target, sized
         self.costs, self.profiles, self.rounds, self.every = costs, profiles, rounds, every
         self.horizon_s = horizon_s
         self.reward_scale, self.traffic_cost = reward_scale, traffic_cost
@@ -228,7 +235,7 @@ class SimEnv:
 
         def run():
             try:
-                self._sim = sim = casp_simulation(cfg, self.costs, policy)
+                self._sim = sim = casp_simulation(cfg, self.costs, policy, sized=self.sized)
                 sim.fit()  # the budget ran out before the horizon
                 reward = self._reward()
                 to_env.put(("done", (reward or 0.0, self._info(n, spec, policy))))

@@ -2,6 +2,7 @@
 
     python -m tf_hetero.tools.train_casp train                    # writes the shipped weights
     python -m tf_hetero.tools.train_casp eval --seeds 3           # the held-out table
+    python -m tf_hetero.tools.train_casp train --sized            # the agent of batch_sizes=True
 
 ``train``: A3C (:class:`~tf_hetero.policies.community.A3C`, ``--learners`` interleaved
 learners, each with its own :class:`~tf_hetero.sim.casp_env.SimEnv`) over the training
@@ -35,7 +36,7 @@ RESULTS = os.path.join("benchmarks", "results", "casp")
 
 def train(episodes: int, learners: int, horizon_s: float, seed: int, every: int, lr: float,
           weights: str, out_dir: str, gamma: float = 0.95, entropy: float = 0.02,
-          kind_weights=None, progress: str = "loss", log=print) -> dict:
+          kind_weights=None, progress: str = "loss", sized: bool = False, log=print) -> dict:
     from tf_hetero.policies.community import A3C, MAX_K, STATE_SIZE, ActorCritic
     from tf_hetero.sim import costs as costs_module
     from tf_hetero.sim.casp_env import SimEnv, training_profile
@@ -44,7 +45,7 @@ def train(episodes: int, learners: int, horizon_s: float, seed: int, every: int,
     profiles = lambda rng: training_profile(rng, kind_weights)  # noqa: E731
     net = ActorCritic(STATE_SIZE, MAX_K, hidden=32, seed=seed)
     envs = [SimEnv(costs, seed=seed * 100 + i, horizon_s=horizon_s, every=every,
-                   profiles=profiles, progress=progress)
+                   profiles=profiles, progress=progress, sized=sized)
             for i in range(learners)]
     agent = A3C(net, envs, n_steps=5, gamma=gamma, lr=lr, entropy=entropy, seed=seed)
     t0 = time.time()
@@ -66,11 +67,11 @@ def train(episodes: int, learners: int, horizon_s: float, seed: int, every: int,
         e.close()
     net.save(weights, episodes=episodes, learners=learners, horizon_s=horizon_s, seed=seed,
              every=every, gamma=gamma, entropy=entropy, wall_s=time.time() - t0,
-             kind_weights=str(kind_weights), progress=progress)
+             kind_weights=str(kind_weights), progress=progress, sized=int(sized))
     os.makedirs(out_dir, exist_ok=True)
     record = {"episodes": episodes, "learners": learners, "horizon_s": horizon_s,
               "seed": seed, "every": every, "lr": lr, "gamma": gamma, "entropy": entropy,
-              "kind_weights": kind_weights, "progress": progress,
+              "kind_weights": kind_weights, "progress": progress, "sized": sized,
               "wall_s": time.time() - t0,
               "updates": agent.updates, "history": rows,
               "losses_every": 10, "losses": agent.losses[::10]}
@@ -115,18 +116,18 @@ def _traffic_to_target(result, param_bytes_per_task):
     return sum(1 for (_, _, end, _) in result["timeline"] if end <= ttt) * param_bytes_per_task
 
 
-def _run(name, n, spec, seed, rounds, costs, weights):
+def _run(name, n, spec, seed, rounds, costs, weights, sized=False):
     from tf_hetero.emulation.profile import Profile
     from tf_hetero.policies import FixedGroups
-    from tf_hetero.policies.community import CommunityGroups, communities
+    from tf_hetero.policies.community import SIZED_WEIGHTS, CommunityGroups, communities
     from tf_hetero.sim.casp_env import bench_config, casp_simulation
     from tf_hetero.sim.run import Simulation
 
     cfg = bench_config(n, spec, rounds=rounds, seed=seed)
     policy = None
-    if name == "casp":
-        policy = CommunityGroups(weights)
-        sim = casp_simulation(cfg, costs, policy)
+    if name == "casp":  # sized: communities with per-member batch sizes, the sized agent
+        policy = CommunityGroups(weights or (SIZED_WEIGHTS if sized else None))
+        sim = casp_simulation(cfg, costs, policy, sized=sized)
     elif name.startswith("fixed"):
         if name == "fixed-halves":
             groups = [list(range(n // 2)), list(range(n // 2, n))]
@@ -168,7 +169,7 @@ EVAL_STRATEGIES = ("casp", "grouped2", "grouped3", "fixed-halves", "fixed-classe
 
 
 def evaluate(seeds: int, rounds: int, weights: str | None, out_dir: str,
-             strategies=EVAL_STRATEGIES, log=print) -> list:
+             strategies=EVAL_STRATEGIES, sized: bool = False, log=print) -> list:
     from tf_hetero.sim import costs as costs_module
     from tf_hetero.sim.casp_env import HELD_OUT
 
@@ -178,11 +179,12 @@ def evaluate(seeds: int, rounds: int, weights: str | None, out_dir: str,
     for n, spec in HELD_OUT:
         for name in strategies:
             for seed in range(seeds):
-                rows.append(_run(name, n, spec, seed, rounds, costs, weights))
+                rows.append(_run(name, n, spec, seed, rounds, costs, weights, sized))
         log(f"[train_casp] {n} workers, {spec!r}: done ({time.time() - t0:.0f} s)")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "eval.json"), "w") as f:
-        json.dump({"seeds": seeds, "rounds": rounds, "weights": weights, "rows": rows}, f,
+        json.dump({"seeds": seeds, "rounds": rounds, "weights": weights, "sized": sized,
+                   "rows": rows}, f,
                   indent=0, default=float)
     with open(os.path.join(out_dir, "eval.md"), "w") as f:
         f.write(eval_table(rows, strategies, seeds, rounds))
@@ -259,7 +261,7 @@ def eval_table(rows, strategies, seeds, rounds) -> str:
 
 def validate(weights: str | None, profiles: int = 24, seed: int = 12345,
              strategies=("casp", "bsp", "grouped2"), rounds: int = 80,
-             path: str | None = None, log=print) -> dict:
+             path: str | None = None, sized: bool = False, log=print) -> dict:
     """Time to target over ``profiles`` profiles of the *training* distribution (a seed no
     learner used): to choose between agents without looking at the held-out set. Writes
     ``path`` (JSON) if given."""
@@ -271,7 +273,7 @@ def validate(weights: str | None, profiles: int = 24, seed: int = 12345,
     drawn = [training_profile(rng) for _ in range(profiles)]
     figures = {"weights": weights, "profiles": drawn}
     for name in strategies:
-        times = [_run(name, n, spec, 0, rounds, costs, weights)["time_to_target_s"]
+        times = [_run(name, n, spec, 0, rounds, costs, weights, sized)["time_to_target_s"]
                  for n, spec in drawn]
         reached = [t for t in times if t is not None]
         figures[name] = {"mean_s_reached": statistics.mean(reached) if reached else None,
@@ -286,7 +288,11 @@ def validate(weights: str | None, profiles: int = 24, seed: int = 12345,
 
 
 def main(argv=None) -> int:
-    from tf_hetero.policies.community import DEFAULT_WEIGHTS
+    from tf_hetero.policies.community import DEFAULT_WEIGHTS, SIZED_WEIGHTS
+
+    sized_help = ("communities with per-member batch sizes (CASPStrategy(batch_sizes=True)); "
+                  "train: writes the sized agent (default weights "
+                  "tf_hetero/resources/casp_agent_sized.npz, out dir .../casp/sized)")
 
     p = argparse.ArgumentParser(prog="python -m tf_hetero.tools.train_casp",
                                 description=__doc__.split("\n\n")[0])
@@ -308,31 +314,37 @@ def main(argv=None) -> int:
     t.add_argument("--every", type=int, default=10, help="applied updates between decisions")
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--weights", default=DEFAULT_WEIGHTS)
-    t.add_argument("--out-dir", default=RESULTS)
+    t.add_argument("--weights", default=None, help="default: the shipped agent's path")
+    t.add_argument("--out-dir", default=None, help=f"default: {RESULTS}")
     e = sub.add_parser("eval", help="held-out profiles: CASP vs k-means, fixed, BSP, PSS")
     e.add_argument("--seeds", type=int, default=3)
     e.add_argument("--rounds", type=int, default=80)
     e.add_argument("--weights", default=None, help="agent .npz (default: the shipped one)")
     e.add_argument("--strategies", default=",".join(EVAL_STRATEGIES))
-    e.add_argument("--out-dir", default=RESULTS)
+    e.add_argument("--out-dir", default=None, help=f"default: {RESULTS} (--sized: .../sized)")
     v = sub.add_parser("validate", help="training-distribution profiles: compare agents")
     v.add_argument("--weights", default=None)
     v.add_argument("--profiles", type=int, default=24)
     v.add_argument("--strategies", default="casp,bsp,grouped2")
     v.add_argument("--json", default=None, help="write the figures here")
+    for parser in (t, e, v):
+        parser.add_argument("--sized", action="store_true", help=sized_help)
     a = p.parse_args(argv)
     if a.cmd == "train":
         horizon = a.horizon or (12.0 if a.progress == "loss" else 25.0)
-        train(a.episodes, a.learners, horizon, a.seed, a.every, a.lr, a.weights, a.out_dir,
+        weights = a.weights or (SIZED_WEIGHTS if a.sized else DEFAULT_WEIGHTS)
+        out_dir = a.out_dir or (os.path.join(RESULTS, "sized") if a.sized else RESULTS)
+        train(a.episodes, a.learners, horizon, a.seed, a.every, a.lr, weights, out_dir,
               a.gamma, a.entropy,
               None if a.kind_weights is None else [float(x) for x in a.kind_weights.split(",")],
-              a.progress)
+              a.progress, a.sized)
     elif a.cmd == "validate":
         validate(a.weights, a.profiles, strategies=tuple(a.strategies.split(",")),
-                 path=a.json)
+                 path=a.json, sized=a.sized)
     else:
-        evaluate(a.seeds, a.rounds, a.weights, a.out_dir, tuple(a.strategies.split(",")))
+        out_dir = a.out_dir or (os.path.join(RESULTS, "sized") if a.sized else RESULTS)
+        evaluate(a.seeds, a.rounds, a.weights, out_dir, tuple(a.strategies.split(",")),
+                 a.sized)
     return 0
 
 
