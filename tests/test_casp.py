@@ -225,6 +225,23 @@ def test_the_agent_sees_a_straggler_inside_a_sized_community_by_its_speed_per_un
     assert policy.groups(GroupContext((0, 1, 2, 3), first, 10, m, 4)) == ((0, 1, 2), (3,))
 
 
+def test_the_sized_agent_keeps_a_straggler_inside_its_community():
+    """The agent trained on communities with per-member batch sizes (SIZED_WEIGHTS) learned
+    that a persistent straggler costs a smaller share there, not a wait: one community (H-PS)
+    where the unsized agent puts a 4x or 8x straggler alone (the test above)."""
+    from tf_hetero.policies.community import SIZED_WEIGHTS
+
+    for n in (4, 8):
+        for factor in (4, 8):
+            times = {w: 0.1 for w in range(n)}
+            times[n - 1] = 0.1 * factor
+            policy = CommunityGroups(SIZED_WEIGHTS)
+            first = policy.groups(GroupContext(tuple(range(n)), None, 0, None, n))
+            policy.groups(GroupContext(tuple(range(n)), first, 10, _Monitor(times), n))
+            assert policy.decisions[-1][1] == 1, (n, factor, policy.decisions)
+    assert ActorCritic.load(SIZED_WEIGHTS).meta["sized"] == 1
+
+
 def test_the_shipped_weights_are_in_the_package():
     import tomllib
 
