@@ -359,10 +359,10 @@ def casp(workers: int, *, agent=None, decide_every: int = 10, greedy: bool = Tru
     >>> casp(4).grouping
     CommunityGroups(every=10, max_k=4, greedy=True)
     """
-    from tf_hetero.policies.community import SIZED_WEIGHTS, CommunityGroups
+    from tf_hetero.policies.community import CommunityGroups, shipped_weights
 
     if agent is None and batch_sizes is True:
-        agent = SIZED_WEIGHTS  # trained on the communities it will form
+        agent = shipped_weights(sized=True)  # trained on the communities it will form
     try:
         grouping = CommunityGroups(agent, every=decide_every, greedy=greedy)
     except ValueError as e:

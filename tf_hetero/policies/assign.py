@@ -428,12 +428,6 @@ class GroupBatches:
                 "multiple of the workers (the default: one dataset batch per worker).")
         return units
 
-    @property
-    def round_steps(self) -> float | None:
-        """Steps of fit one of the group's rounds covers (``None`` without ``step_units``)."""
-        step = self.batches.step_units
-        return None if step is None else self.units / step
-
     def plan(self, ctx: RoundContext) -> Plan:
         return self.batches.plan(ctx, self.units)
 

@@ -63,7 +63,8 @@ import numpy as np
 from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time
 from tf_hetero.policies.group import GroupContext, SpeedGroups, _Figures, normalize_groups
 
-__all__ = ["MAX_K", "MERGE_RATIO", "STATE_SIZE", "DEFAULT_WEIGHTS", "SIZED_WEIGHTS", "communities", "state_features",
+__all__ = ["MAX_K", "MERGE_RATIO", "STATE_SIZE", "DEFAULT_WEIGHTS", "SIZED_WEIGHTS", "shipped_weights",
+           "communities", "state_features",
            "ActorCritic", "A3C", "CommunityGroups"]
 
 #: Largest number of communities the agent may choose (its output layer's size).
@@ -78,6 +79,16 @@ DEFAULT_WEIGHTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "reso
 #: --sized``; ``CASPStrategy(batch_sizes=True)``): inside such a community a slower member
 #: costs a smaller share, not a wait, so the best number of communities differs.
 SIZED_WEIGHTS = os.path.join(os.path.dirname(DEFAULT_WEIGHTS), "casp_agent_sized.npz")
+
+
+def shipped_weights(sized: bool = False) -> str:
+    """The shipped agent for communities with (``sized``) or without per-member batch sizes.
+
+    >>> os.path.basename(shipped_weights(sized=True))
+    'casp_agent_sized.npz'
+    """
+    return SIZED_WEIGHTS if sized else DEFAULT_WEIGHTS
+
 _LOG8 = math.log(8.0)  # speeds are scaled so that an 8x straggler is 1.0
 #: Communities whose workers are all within this factor of each other are one: a barrier
 #: then wastes at most 20% of its fastest member's time, less than the staleness a split

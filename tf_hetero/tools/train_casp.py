@@ -119,14 +119,14 @@ def _traffic_to_target(result, param_bytes_per_task):
 def _run(name, n, spec, seed, rounds, costs, weights, sized=False):
     from tf_hetero.emulation.profile import Profile
     from tf_hetero.policies import FixedGroups
-    from tf_hetero.policies.community import SIZED_WEIGHTS, CommunityGroups, communities
+    from tf_hetero.policies.community import CommunityGroups, communities, shipped_weights
     from tf_hetero.sim.casp_env import bench_config, casp_simulation
     from tf_hetero.sim.run import Simulation
 
     cfg = bench_config(n, spec, rounds=rounds, seed=seed)
     policy = None
     if name == "casp":  # sized: communities with per-member batch sizes, the sized agent
-        policy = CommunityGroups(weights or (SIZED_WEIGHTS if sized else None))
+        policy = CommunityGroups(weights or shipped_weights(sized))
         sim = casp_simulation(cfg, costs, policy, sized=sized)
     elif name.startswith("fixed"):
         if name == "fixed-halves":
@@ -288,7 +288,7 @@ def validate(weights: str | None, profiles: int = 24, seed: int = 12345,
 
 
 def main(argv=None) -> int:
-    from tf_hetero.policies.community import DEFAULT_WEIGHTS, SIZED_WEIGHTS
+    from tf_hetero.policies.community import shipped_weights
 
     sized_help = ("communities with per-member batch sizes (CASPStrategy(batch_sizes=True)); "
                   "train: writes the sized agent (default weights "
@@ -330,10 +330,11 @@ def main(argv=None) -> int:
     for parser in (t, e, v):
         parser.add_argument("--sized", action="store_true", help=sized_help)
     a = p.parse_args(argv)
+    if a.cmd in ("train", "eval"):  # validate writes only --json
+        out_dir = a.out_dir or (os.path.join(RESULTS, "sized") if a.sized else RESULTS)
     if a.cmd == "train":
         horizon = a.horizon or (12.0 if a.progress == "loss" else 25.0)
-        weights = a.weights or (SIZED_WEIGHTS if a.sized else DEFAULT_WEIGHTS)
-        out_dir = a.out_dir or (os.path.join(RESULTS, "sized") if a.sized else RESULTS)
+        weights = a.weights or shipped_weights(a.sized)
         train(a.episodes, a.learners, horizon, a.seed, a.every, a.lr, weights, out_dir,
               a.gamma, a.entropy,
               None if a.kind_weights is None else [float(x) for x in a.kind_weights.split(",")],
@@ -342,7 +343,6 @@ def main(argv=None) -> int:
         validate(a.weights, a.profiles, strategies=tuple(a.strategies.split(",")),
                  path=a.json, sized=a.sized)
     else:
-        out_dir = a.out_dir or (os.path.join(RESULTS, "sized") if a.sized else RESULTS)
         evaluate(a.seeds, a.rounds, a.weights, out_dir, tuple(a.strategies.split(",")),
                  a.sized)
     return 0
