@@ -43,6 +43,7 @@ def main():
     import tf_hetero
     from tf_hetero.emulation.ps import ps_index
     from tf_hetero.policies.rebalance import RebalanceController
+    from tf_hetero.telemetry.perf import round_breakdown
 
     train = tf_hetero.data.load("digits", "train")
     data = keras.utils.experimental.DatasetCreator(tf_hetero.data.dataset_fn(
@@ -66,10 +67,13 @@ def main():
     def run(kind):
         strategy, model = build(kind)
         marks = []
+        servers = model._tf_hetero_device.servers  # pylint: disable=protected-access
+        loads = [servers.totals()]
 
         class Scale(keras.callbacks.Callback):
             def on_epoch_end(self, epoch, logs=None):
                 marks.append(strategy.engine.clock())
+                loads.append(servers.totals())
                 if kind == "scale" and epoch == 0:
                     strategy.scale_ps(2)
 
@@ -80,12 +84,26 @@ def main():
                   [r for r in rounds if r.t_open > marks[0]]]
         out = {"kind": kind, "ps_at_end": sorted({ps_index(v.device)
                                                  for v in model.trainable_variables})}
+        engine_rounds = [[r for r in strategy.engine.rounds if r.t_applied and r.t_applied <= marks[0]],
+                         [r for r in strategy.engine.rounds if r.t_open > marks[0]]]
         for e, rs in enumerate(epochs, 1):
             steady = rs[2:]
+            out[f"epoch{e}_breakdown_ms"] = round_breakdown(engine_rounds[e - 1][2:])
             span = steady[-1].t_applied - steady[0].t_applied
             out[f"epoch{e}_samples_per_s"] = (len(steady) - 1) * n * a.batch_size / span
             out[f"epoch{e}_round_ms"] = 1e3 * statistics.mean(
                 r.t_applied - r.t_open for r in steady)
+            # Where a round's time goes on each PS (whole epoch, from the PS counters):
+            # service of the bytes at the profile's rate, the rest of the busy time (the
+            # emulation's fixed cost per request), and idle.
+            d = {k: [b - a for a, b in zip(loads[e - 1][k], loads[e][k])] for k in loads[0]}
+            per = 1e3 / len(rs)
+            out[f"epoch{e}_ps"] = [{
+                "busy_ms_per_round": d["busy_s"][p] * per,
+                "bytes_ms_per_round": d["bytes"][p] * servers.us_per_byte[p] / 1e3 / len(rs),
+                "requests_per_round": d["requests"][p] / len(rs),
+                "wait_ms_per_round": d["wait_s"][p] * per,
+            } for p in range(servers.num_ps)]
         # The gap at the epoch boundary, in every run: fit's own epoch change costs some too.
         before, after = epochs[0][-1], epochs[1][0]
         median_after = statistics.median(r.t_applied - r.t_open for r in epochs[1][2:])

@@ -68,14 +68,28 @@ def finish_compute(after, extra_us=0) -> "tf.Tensor | None":
     return slept
 
 
+def _sleep_options() -> tf.data.Options:
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    options.autotune.enabled = False
+    return options
+
+
+_SLEEP_OPTIONS = _sleep_options()
+
+
 def sleep_op(microseconds: tf.Tensor) -> tf.Tensor:
     """An op that blocks the current device for ``microseconds`` (int64 scalar tensor).
 
     Built from ``SleepDataset`` because TensorFlow has no public sleep op; the dataset is
-    created and drained inside the calling function, so nothing can prefetch it.
+    created and drained inside the calling function, so nothing can prefetch it. tf.data's
+    default graph optimizations and autotuning are switched off for it: with them each sleep
+    cost ~3-4 ms more than asked on an idle 2-core machine and a 20 ms sleep often took 40 ms
+    (docs/EMULATION.md, "The sleep op"); without them the excess is ~1 ms.
     """
     ds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
     ds = ds.apply(_data_testing.sleep(tf.cast(microseconds, tf.int64)))
+    ds = ds.with_options(_SLEEP_OPTIONS)
     # One get_next only: get_single_element() would probe for a second element and sleep
     # twice (measured: a 100 ms budget took 200 ms).
     return next(iter(ds))
