@@ -60,7 +60,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time
+from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time, unit_histories
 from tf_hetero.policies.group import GroupContext, SpeedGroups, _Figures, normalize_groups
 
 __all__ = ["MAX_K", "MERGE_RATIO", "STATE_SIZE", "DEFAULT_WEIGHTS", "SIZED_WEIGHTS", "shipped_weights",
@@ -396,10 +396,8 @@ class CommunityGroups(_Figures):
             return (tuple(range(n)),)
         if ctx.rounds_applied - self._last < self.every or ctx.monitor is None:
             return None
-        # Per work unit: inside a sized community (batch_sizes=True) every member's task
-        # takes about as long, whatever its speed; unsized tasks are one unit each.
-        histories = [ctx.monitor.unit_times(w) for w in range(n)]
-        if any(len(h) < self.warmup for h in histories):
+        histories = unit_histories(ctx.monitor, n, self.warmup)
+        if histories is None:
             return None
         with self._lock:
             self._last = ctx.rounds_applied

@@ -46,7 +46,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 __all__ = ["WARMUP_TASKS", "SEED_TASKS", "DEFAULT_ALPHA", "SHIFT", "warm", "smoothed_time",
-           "Projection", "StragglerProjection"]
+           "unit_histories", "Projection", "StragglerProjection"]
 
 #: Tasks per worker that include tracing and are left out of estimates.
 WARMUP_TASKS = 1
@@ -64,6 +64,21 @@ SHIFT = 2.0
 def warm(durations: Sequence[float]) -> list[float]:
     """The durations after the warm-up tasks."""
     return list(durations[WARMUP_TASKS:])
+
+
+def unit_histories(monitor, num_workers: int, warmup: int) -> list[list[float]] | None:
+    """Each worker's measured seconds per work unit (``monitor.unit_times``: a sized task's
+    duration over its units, an unsized task's duration), or ``None`` while any worker has
+    fewer than ``warmup`` of them. Read per unit because inside a balanced sized group every
+    member's task takes about as long, whatever its speed: by duration they look alike.
+
+    >>> from types import SimpleNamespace as NS
+    >>> m = NS(unit_times=lambda w: [0.1, 0.1] if w == 0 else [0.4])
+    >>> unit_histories(m, 2, warmup=1), unit_histories(m, 2, warmup=2)
+    ([[0.1, 0.1], [0.4]], None)
+    """
+    histories = [list(monitor.unit_times(w)) for w in range(num_workers)]
+    return None if any(len(h) < warmup for h in histories) else histories
 
 
 def smoothed_time(durations: Sequence[float], alpha: float = DEFAULT_ALPHA,

@@ -19,7 +19,7 @@ import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
-from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time
+from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time, unit_histories
 
 __all__ = ["GroupContext", "FixedGroups", "SpeedGroups", "normalize_groups"]
 
@@ -132,14 +132,10 @@ class SpeedGroups(_Figures):
             return self.by_index(n)
         if ctx.rounds_applied - self._last < self.every or ctx.monitor is None:
             return None
-        times = {}
-        for w in range(n):
-            # Per work unit: a sized group's tasks take equal times whatever their members'
-            # speeds (unsized tasks are one unit: their durations).
-            history = ctx.monitor.unit_times(w)
-            if len(history) < self.warmup:
-                return None
-            times[w] = smoothed_time(history, self.alpha)
+        histories = unit_histories(ctx.monitor, n, self.warmup)
+        if histories is None:
+            return None
+        times = {w: smoothed_time(h, self.alpha) for w, h in enumerate(histories)}
         self._last = ctx.rounds_applied
         proposal = self.split(times)
         if proposal == ctx.current:
