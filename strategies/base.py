@@ -105,6 +105,10 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         #: Emulated worker-to-PS link, microseconds per byte per worker (None: none); set by
         #: :func:`tf_hetero.emulate` from a profile's ``link=``, read by pushes (H-PS).
         self.link_us_per_byte = None
+        #: Emulated PS tasks (:class:`tf_hetero.emulation.ps.EmulatedServers`; None: none),
+        #: set by :func:`tf_hetero.emulate` from a profile's ``ps_mbps``: pushes a strategy
+        #: sends outside the emulated step (H-PS's buffers) ask them for service.
+        self.ps_servers = None
         self.dataset_batch = None  # sized tasks: the workers' dataset batch size, once seen
         workers = self._extended._num_workers  # pylint: disable=protected-access
         self.monitor = Monitor(workers)

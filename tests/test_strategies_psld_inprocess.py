@@ -136,10 +136,12 @@ def test_bsp_rounds_equal_large_batch_sgd_with_either_placement(cluster, placeme
     assert [r.applied for r in strategy.engine.rounds] == [N] * ROUNDS
 
 
-@pytest.mark.parametrize("name", ["pss", "bsp"])
+@pytest.mark.parametrize("name", ["pss", "bsp", "hps"])
 def test_emulated_ps_tasks_serve_every_step_and_report_their_load(cluster, name):
     """Every step asks each PS it touches to serve its reads and its push, inside the PS's
-    critical section; the counters on the PS tasks and the Keras logs say so."""
+    critical section; the counters on the PS tasks and the Keras logs say so. H-PS's steps
+    keep their gradients on the worker: each buffered push (int8 here) is served instead,
+    its payload's bytes, not the variables' (before 2026-11-28 those pushes were free)."""
     import tensorflow as tf
     import tf_keras as keras
 
@@ -147,8 +149,11 @@ def test_emulated_ps_tasks_serve_every_step_and_report_their_load(cluster, name)
 
     steps = 6
     profile = "base_ms=5;ps_mbps=50;ps_slow=1:3;ps_interfere=0:2@0.1/1"
-    strategy = (tf.distribute.ParameterServerStrategy(cluster.resolver) if name == "pss"
-                else tf_hetero.BSPStrategy(cluster.resolver, placement="balanced"))
+    strategy = {
+        "pss": lambda: tf.distribute.ParameterServerStrategy(cluster.resolver),
+        "bsp": lambda: tf_hetero.BSPStrategy(cluster.resolver, placement="balanced"),
+        "hps": lambda: tf_hetero.HPSStrategy(cluster.resolver, quantize="int8"),
+    }[name]()
     train = tf_hetero.data.load("digits", "train")
     with strategy.scope():
         model = tf_hetero.models.mlp(input_shape=train.input_shape, hidden=(32,))
@@ -166,7 +171,23 @@ def test_emulated_ps_tasks_serve_every_step_and_report_their_load(cluster, name)
     from tf_hetero.emulation.ps import bytes_per_ps
 
     held = bytes_per_ps(model.variables, 2)
-    assert servers.read_bytes == held and servers.push_bytes == held  # all trainable
+    assert servers.read_bytes == held
+    if name == "hps":  # one read per step; one push per buffered push, of int8 payloads
+        (buffers,) = strategy.coordinator.tracer.buffers
+        pushes, _ = buffers.acc.traffic()
+        from tf_hetero.emulation.ps import ps_index
+        from tf_hetero.strategies.runtime import quantize
+
+        payload = [0, 0]
+        for v in model.trainable_variables:
+            payload[ps_index(v.device)] += quantize.get("int8").payload_bytes(
+                v.shape.num_elements())
+        assert 0 < pushes <= steps and 0 < payload[0] < held[0] / 3
+        for p in range(2):
+            assert totals["requests"][p] == steps + pushes
+            assert totals["bytes"][p] == steps * held[p] + pushes * payload[p]
+        return
+    assert servers.push_bytes == held  # all trainable
     for p in range(2):  # one read and one push service per step and PS
         assert totals["requests"][p] == 2 * steps
         assert totals["bytes"][p] == 2 * steps * held[p]
@@ -179,6 +200,44 @@ def test_emulated_ps_tasks_serve_every_step_and_report_their_load(cluster, name)
             assert logs[f"tf_hetero/ps{p}_requests"] == [2 * steps]
         assert "tf_hetero/ps_busy_max_over_mean" in logs
         assert len(strategy.monitor.ps_load_per_round()) == len(strategy.engine.rounds)
+
+
+def test_a_steps_requests_to_two_ps_tasks_do_not_wait_for_each_other(cluster):
+    """A step's requests to PS 0 and PS 1 run side by side: nothing on PS 0 is an ancestor of
+    the end of PS 1's service. Built inline, tf.function's automatic control dependencies
+    chained every request's timestamps and mutex release in program order, so PS 1's request
+    waited for the end of PS 0's service (measured: 0.41 s for two 0.2 s services, 0.21 s
+    since; docs/TF_INTERNALS.md section 9). Structural, no timing."""
+    import tensorflow as tf
+
+    from tf_hetero.emulation.profile import Profile
+    from tf_hetero.emulation.ps import EmulatedServers, ps_index
+
+    tf.distribute.ParameterServerStrategy(cluster.resolver)  # connects to the cluster
+    servers = EmulatedServers(Profile.parse("ps_mbps=1"), 2)
+
+    @tf.function
+    def step():
+        start = tf.timestamp()
+        return servers.serve_all([1000, 1000], after=[start])
+
+    graph = step.get_concrete_function().graph
+    ends = graph.structured_outputs
+    assert len(ends) == 2
+
+    def ancestors(op):
+        seen, todo = set(), [op]
+        while todo:
+            o = todo.pop()
+            for parent in [t.op for t in o.inputs] + list(o.control_inputs):
+                if parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return seen
+
+    for mine, other in ((1, 0), (0, 1)):
+        before = ancestors(ends[mine].op)
+        assert not [o.name for o in before if ps_index(o.device) == other], (mine, other)
 
 
 def test_a_bad_placement_or_ps_index_is_refused_with_the_fix(cluster):

@@ -17,7 +17,9 @@ the worker and decodes it on the PS (the decode op is placed on the PS device, s
 payload is what crosses the network); the residual keeps what the codec lost (error
 feedback). With an emulated link (profile ``link=``), the push waits
 ``payload bytes x us/byte`` on the worker before its bytes leave it; in strict mode after
-the task's emulated compute time (:func:`tf_hetero.emulation.device.finish_compute`).
+the task's emulated compute time (:func:`tf_hetero.emulation.device.finish_compute`). With
+emulated PS tasks (profile ``ps_mbps``) each PS then serves its part of the payload, queued
+with every other request it serves (:mod:`tf_hetero.emulation.ps`), as a step's own push is.
 
 Per-worker variables cannot be read inside ``tf.cond`` (docs/TF_INTERNALS.md): buffers are read
 and written outside control flow with masks; only the PS writes sit in a ``tf.cond``.
@@ -35,6 +37,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_hetero.emulation.device import finish_compute, keep_gradient_local, sleep_op
+from tf_hetero.emulation.ps import ps_index
 from tf_hetero.engine import PUSH_ALL, PUSH_OLD
 from tf_hetero.strategies.runtime import quantize
 from tf_hetero.strategies.runtime.accumulate import (current_worker, decode_code, decode_size,
@@ -50,7 +53,8 @@ class LocalBuffers:
     while a step is traced).
     """
 
-    def __init__(self, strategy, accumulators, codec="fp32", link_us_per_byte=None):
+    def __init__(self, strategy, accumulators, codec="fp32", link_us_per_byte=None,
+                 servers=None):
         self.acc = accumulators
         self.optimizer = getattr(accumulators, "optimizer", None)
         self.codec = quantize.get(codec)
@@ -58,6 +62,7 @@ class LocalBuffers:
         variables = accumulators.variables
         self.bytes_per_push = sum(self.codec.payload_bytes(v.shape.num_elements())
                                   for v in variables)
+        self.servers = servers  # emulated PS tasks (profile ps_mbps) or None
         num_workers = accumulators.num_workers
         link = tuple(link_us_per_byte or (0.0,) * num_workers)
         # Microseconds one push takes on each worker's emulated link.
@@ -80,7 +85,7 @@ class LocalBuffers:
 
     def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
         """In a task: buffer this micro-batch's gradient; push if the code's flags say so."""
-        keep_gradient_local()  # an emulated link charges the pushes below, not every step
+        keep_gradient_local()  # the emulated link and PS charge the pushes below, not every step
         grads = [None] * len(self.sums)
         for g, v in grads_and_vars:
             grads[self.acc.index_of(v)] = tf.cast(dense(g), self.sums[0].dtype)
@@ -157,14 +162,28 @@ class LocalBuffers:
             res.append(new_r)
         return out, res
 
+    def _payload_per_ps(self) -> list[int]:
+        """Payload bytes one push moves to each PS task (read when a push is traced: a
+        rebalancing move re-traces it)."""
+        out = [0] * self.servers.num_ps
+        for v in self.acc.variables:
+            p = ps_index(v.device)
+            if p is not None and p < len(out):
+                out[p] += self.codec.payload_bytes(v.shape.num_elements())
+        return out
+
     def _push(self, payloads, where, micro_batches, after):
         """The PS write of one push (inside a ``tf.cond`` branch) to ``where``: (round, slot,
         lane)."""
         round_id, slot, worker = where
         deps = [] if after is None else [after]
+        sent = [p for ps in payloads for p in ps]
         if self.emulated_link:  # the bytes leave the worker once its link has carried them
-            with tf.control_dependencies(deps + [p for ps in payloads for p in ps]):
+            with tf.control_dependencies(deps + sent):
                 deps = [sleep_op(tf.gather(self.link_us, worker))]
+        if self.servers is not None:  # then each PS serves its part of the payload, as it
+            # serves a step's own push (which keep_gradient_local left out for this step)
+            deps = deps + self.servers.serve_all(self._payload_per_ps(), after=deps + sent)
         with tf.control_dependencies(deps):
             payloads = [tuple(tf.identity(p) for p in ps) for ps in payloads]
         shapes = [v.shape for v in self.acc.variables]

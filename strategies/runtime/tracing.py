@@ -177,7 +177,8 @@ class StepTracer:
             acc = self._accumulators_for(optimizer, variables)
             if not any(b.acc is acc for b in self.buffers):
                 self.buffers.append(LocalBuffers(self.strategy, acc, self.config.codec,
-                                                 self.strategy.link_us_per_byte))
+                                                 self.strategy.link_us_per_byte,
+                                                 self.strategy.ps_servers))
         self.monitor.bytes_per_push = sum(b.bytes_per_push for b in self.buffers)
         self.monitor.push_times = self.monitor.push_times or []
 

@@ -369,6 +369,8 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
     model.train_step = device.wrap(model.train_step, model)
     if profile.link_mbps:  # read by strategies that push over the emulated link (H-PS)
         strategy.link_us_per_byte = profile.link_us_per_byte(num_workers)
+    if servers is not None:  # read by strategies that push outside the step (H-PS)
+        strategy.ps_servers = servers
     # A function traced before the wrap would not sleep: retrace on the next fit.
     model.train_function = None
     model._tf_hetero_device = device  # keeps the counter alive with the model

@@ -118,10 +118,13 @@ class EmulatedServers:
         if num_bytes <= 0 or not self.us_per_byte[p]:
             return None
         device, counters = self.devices[p], self._counters[p]
-        with tf.control_dependencies(list(after)):
-            requested = tf.timestamp()
 
-        def service():
+        def request():
+            requested = tf.timestamp()
+            with tf.device(device):
+                return self._sections[p].execute(lambda: service(requested))
+
+        def service(requested):
             # Everything here runs on the PS, one request at a time (the mutex is the PS's).
             with tf.device(device):
                 got = tf.timestamp()
@@ -142,8 +145,14 @@ class EmulatedServers:
                 with tf.control_dependencies([update]):
                     return tf.identity(done)
 
-        with tf.device(device):
-            return self._sections[p].execute(service)
+        # The request is a function of its own. Its call op takes this PS's mutex and
+        # counters, so tf.function's automatic control dependencies order it only with the
+        # step's other requests to this PS. Built inline, its stateful ops that take no
+        # resource (the timestamps, ConsumeMutexLock, the sleep's iterator) would join the
+        # program-order chain of every such op in the step, and a step's requests to two PS
+        # tasks would run one after the other (docs/TF_INTERNALS.md section 9).
+        with tf.control_dependencies(list(after)):
+            return tf.function(request)()
 
     def serve_all(self, per_ps: list[int], after=()) -> list[tf.Tensor]:
         """Every PS serves its share of a step at once (requests in parallel, as a step's
