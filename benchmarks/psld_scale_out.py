@@ -108,6 +108,16 @@ def main():
         before, after = epochs[0][-1], epochs[1][0]
         median_after = statistics.median(r.t_applied - r.t_open for r in epochs[1][2:])
         out["gap_s"] = after.t_applied - before.t_applied - median_after
+        # Where the boundary's time goes: epoch end (the callback) -> the first round of
+        # epoch 2 opened, its tasks picked up and run, its close -> its update applied.
+        first = engine_rounds[1][0]
+        done = [t for t in first.tasks if t.t_end]
+        out["boundary"] = {
+            "to_open_s": first.t_open - marks[0],
+            "dispatch_max_s": max(t.t_start - first.t_open for t in done),
+            "task_max_s": max(t.t_end - t.t_start for t in done),
+            "close_to_applied_s": first.t_applied - first.t_close,
+            "last_applied_to_epoch_end_s": marks[0] - before.t_applied}
         if kind == "scale":
             (s,) = [x for x in strategy.rebalancer.scalings if x["active"] == [0, 1]]
             out["boundary_wait_s"], out["move_s"], out["moves"] = (
@@ -156,6 +166,11 @@ def main():
             for k in ("scale", "1ps", "2ps")}
     print(f"pause caused by the scaling: {gaps['scale'] - gaps['1ps']:.2f} s (the scale run's "
           f"epoch-boundary gap minus the 1ps run's)")
+    for kind in ("scale", "1ps"):
+        parts = {k: statistics.median(r["boundary"][k] for r in results if r["kind"] == kind)
+                 for k in results[0]["boundary"]}
+        print(f"{kind}: epoch boundary, medians (s): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in parts.items()))
     print("\n".join(table))
     if a.json:
         os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
