@@ -136,7 +136,7 @@ def test_bsp_rounds_equal_large_batch_sgd_with_either_placement(cluster, placeme
     assert [r.applied for r in strategy.engine.rounds] == [N] * ROUNDS
 
 
-@pytest.mark.parametrize("name", ["pss", "bsp", "hps"])
+@pytest.mark.parametrize("name", ["pss", "bsp", "hps", "hpspipe"])
 def test_emulated_ps_tasks_serve_every_step_and_report_their_load(cluster, name):
     """Every step asks each PS it touches to serve its reads and its push, inside the PS's
     critical section; the counters on the PS tasks and the Keras logs say so. H-PS's steps
@@ -153,6 +153,9 @@ def test_emulated_ps_tasks_serve_every_step_and_report_their_load(cluster, name)
         "pss": lambda: tf.distribute.ParameterServerStrategy(cluster.resolver),
         "bsp": lambda: tf_hetero.BSPStrategy(cluster.resolver, placement="balanced"),
         "hps": lambda: tf_hetero.HPSStrategy(cluster.resolver, quantize="int8"),
+        # pipelined: a round's push overlaps the next round's compute, drains push the last
+        "hpspipe": lambda: tf_hetero.HPSStrategy(cluster.resolver, quantize="int8",
+                                                 pipeline=True),
     }[name]()
     train = tf_hetero.data.load("digits", "train")
     with strategy.scope():
@@ -172,7 +175,7 @@ def test_emulated_ps_tasks_serve_every_step_and_report_their_load(cluster, name)
 
     held = bytes_per_ps(model.variables, 2)
     assert servers.read_bytes == held
-    if name == "hps":  # one read per step; one push per buffered push, of int8 payloads
+    if name.startswith("hps"):  # a read per step; a service per buffered push, int8 payloads
         (buffers,) = strategy.coordinator.tracer.buffers
         pushes, _ = buffers.acc.traffic()
         from tf_hetero.emulation.ps import ps_index
