@@ -85,7 +85,7 @@ def sleep_op(microseconds: tf.Tensor) -> tf.Tensor:
     created and drained inside the calling function, so nothing can prefetch it. tf.data's
     default graph optimizations and autotuning are switched off for it: with them each sleep
     cost ~3-4 ms more than asked on an idle 2-core machine and a 20 ms sleep often took 40 ms
-    (docs/EMULATION.md, "The sleep op"); without them the excess is ~1 ms.
+    (docs/TF_INTERNALS.md section 9); without them the excess is ~1 ms.
     """
     ds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
     ds = ds.apply(_data_testing.sleep(tf.cast(microseconds, tf.int64)))
