@@ -62,8 +62,8 @@ class LocalBuffers:
         variables = accumulators.variables
         # Each variable's push payload (a codec's, not the variable's size): one number per
         # variable, summed per PS when a push is traced (a move re-traces it).
-        self.payloads = [self.codec.payload_bytes(v.shape.num_elements()) for v in variables]
-        self.bytes_per_push = sum(self.payloads)
+        self.payload_sizes = [self.codec.payload_bytes(v.shape.num_elements()) for v in variables]
+        self.bytes_per_push = sum(self.payload_sizes)
         self.servers = servers  # emulated PS tasks (profile ps_mbps) or None
         num_workers = accumulators.num_workers
         link = tuple(link_us_per_byte or (0.0,) * num_workers)
@@ -168,7 +168,7 @@ class LocalBuffers:
         """Payload bytes one push moves to each PS task (read when a push is traced: a
         rebalancing move re-traces it)."""
         out = [0] * self.servers.num_ps
-        for v, n in zip(self.acc.variables, self.payloads):
+        for v, n in zip(self.acc.variables, self.payload_sizes):
             p = ps_index(v.device)
             if p is not None and p < len(out):
                 out[p] += n
