@@ -122,6 +122,10 @@ def main():
             (s,) = [x for x in strategy.rebalancer.scalings if x["active"] == [0, 1]]
             out["boundary_wait_s"], out["move_s"], out["moves"] = (
                 s["waited_s"], s["move_s"], s["moves"])
+            # The parts of the pause that are tracing on the chief: the step re-traced before
+            # the first round could open, the apply traced (ahead, on its own thread).
+            out["retrace_step_s"] = strategy.rebalancer.retrace_s[-1]
+            out["apply_traces"] = list(strategy.coordinator.dispatcher.apply_traces)
         out["throughput_ratio"] = out["epoch2_samples_per_s"] / out["epoch1_samples_per_s"]
         strategy.shutdown()
         return out

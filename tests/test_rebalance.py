@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -90,7 +91,8 @@ class _Coordinator:
         self.strategy = SimpleNamespace(extended=SimpleNamespace(_num_ps=2, placement=None))
         self.tracer = SimpleNamespace(accumulators=[], entries={"step": "traced"},
                                       entry=lambda fn, args, kwargs: "retraced")
-        self.dispatcher = SimpleNamespace(_apply_fns={}, _drain_fns={})
+        self.dispatcher = SimpleNamespace(_apply_fns={}, _drain_fns={},
+                                          _apply_lock=threading.Lock())
 
 
 def _bsp_engine(workers=2):

@@ -120,6 +120,10 @@ def test_a_move_in_the_middle_of_fit_loses_nothing(cluster, optimizer):
     placed = [ps for name, ps, _ in strategy.monitor.placement.placed if name == unit]
     assert placed == [dst]
     assert controller.decisions == 1 and strategy.monitor.summary()["rebalance_decisions"] == 1
+    # The first round on the new placement found its apply traced ahead, while it ran (the
+    # fit above equals large-batch SGD: that apply updated the moved variables).
+    traces = [when for when, _ in strategy.coordinator.dispatcher.apply_traces]
+    assert traces == ["at close", "ahead"], traces
 
 
 def test_a_move_that_makes_rounds_slower_is_undone_and_loses_nothing(cluster):

@@ -152,13 +152,15 @@ class HeteroCoordinator(cc.ClusterCoordinator):
     def closure(self, fn, args, kwargs):
         """A TF closure of ``fn`` (traced now, under the strategy, as ``schedule`` would)."""
         with self.strategy.scope():
-            self.strategy.extended._being_scheduled = True  # pylint: disable=protected-access
-            try:
-                with patch_lock:
+            # The flag is shared by every thread: set under the lock that :meth:`trace` (run
+            # from another thread after a rebalancing move) holds too.
+            with patch_lock:
+                self.strategy.extended._being_scheduled = True  # pylint: disable=protected-access
+                try:
                     return cc.Closure(fn, self._cluster.closure_queue._cancellation_mgr,  # pylint: disable=protected-access
                                       args=args, kwargs=kwargs)
-            finally:
-                self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
+                finally:
+                    self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
 
     def trace(self, fn, args) -> None:
         """Traces the ``tf.function`` ``fn`` for ``args`` to run on the chief (an apply), under

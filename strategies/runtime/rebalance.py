@@ -46,6 +46,7 @@ boundary, moves every variable off a PS leaving the set and load onto a PS joini
 from __future__ import annotations
 
 import functools
+import threading
 import time
 import weakref
 
@@ -212,6 +213,11 @@ class Rebalancer:
         #: One dict per scaling carried out: active PS, moves, boundary wait and move
         #: seconds, and when (engine clock) the new placement took over.
         self.scalings: list[dict] = []
+        #: Seconds each re-trace of the step after a move took (on the fit thread, before
+        #: the first round on the new placement could open).
+        self.retrace_s: list[float] = []
+        # After a move: (task index from which to trace the applies ahead, their keys).
+        self._prepare: tuple[int, list] | None = None
 
     @property
     def placement(self):
@@ -229,6 +235,8 @@ class Rebalancer:
         entry to use (traced again after a move)."""
         submitted = self.tasks
         self.tasks += 1
+        if self._prepare is not None and submitted >= self._prepare[0]:
+            self._prepare_applies()
         if submitted == 0:
             # PS counters from the first task: the first window is measured too (with the
             # second, the controller can separate per-request cost from per-byte rates).
@@ -241,8 +249,7 @@ class Rebalancer:
                 if self.scale_to is not None:
                     moved = self.scale(submitted, time.monotonic() - t0) or moved
                 if moved:
-                    self.invalidate()
-                    entry = self.coordinator.tracer.entry(fn, args, kwargs)
+                    entry = self.retrace(fn, args, kwargs, submitted)
         if submitted < self.next_at:
             return entry
         t0 = time.monotonic()
@@ -253,9 +260,28 @@ class Rebalancer:
         self.next_at = self._window_end(submitted)
         self.pauses.append(waited)
         if moved:
-            self.invalidate()
-            return self.coordinator.tracer.entry(fn, args, kwargs)
+            return self.retrace(fn, args, kwargs, submitted)
         return entry
+
+    def retrace(self, fn, args, kwargs, submitted: int):
+        """After a move: drops the functions traced on the old placement and traces the
+        task's step again. The applies are traced ahead once the first round's tasks are
+        queued (:meth:`_prepare_applies`), while the workers instantiate the new step."""
+        keys = self.invalidate()
+        t0 = time.monotonic()
+        entry = self.coordinator.tracer.entry(fn, args, kwargs)
+        self.retrace_s.append(time.monotonic() - t0)
+        self._prepare = (submitted + self.engine.num_workers, keys)
+        return entry
+
+    def _prepare_applies(self) -> None:
+        """Traces the dropped apply functions again on a thread of their own (the fit thread
+        goes on scheduling; the first round's close would otherwise trace its apply)."""
+        _, keys = self._prepare
+        self._prepare = None
+        if keys:
+            threading.Thread(target=self.coordinator.dispatcher.prepare_applies, args=(keys,),
+                             daemon=True, name="tf-hetero-prepare-apply").start()
 
     def at_boundary(self, timeout: float = BOUNDARY_TIMEOUT_S) -> bool:
         """Waits for a round boundary (:meth:`RoundEngine.wait_boundary`): True when every
@@ -456,11 +482,15 @@ class Rebalancer:
                 moved = True
         return moved
 
-    def invalidate(self) -> None:
-        """Drops the traced functions that captured the old placement (kept alive)."""
+    def invalidate(self) -> list:
+        """Drops the traced functions that captured the old placement (kept alive); returns
+        the keys (accumulator sets) of the apply functions dropped."""
         tracer, dispatcher = self.coordinator.tracer, self.coordinator.dispatcher
-        self._keep.append((dict(tracer.entries), dict(dispatcher._apply_fns),  # pylint: disable=protected-access
-                           dict(dispatcher._drain_fns)))  # pylint: disable=protected-access
-        tracer.entries.clear()
-        dispatcher._apply_fns.clear()  # pylint: disable=protected-access
-        dispatcher._drain_fns.clear()  # pylint: disable=protected-access
+        with dispatcher._apply_lock:  # pylint: disable=protected-access
+            keys = list(dispatcher._apply_fns)  # pylint: disable=protected-access
+            self._keep.append((dict(tracer.entries), dict(dispatcher._apply_fns),  # pylint: disable=protected-access
+                               dict(dispatcher._drain_fns)))  # pylint: disable=protected-access
+            tracer.entries.clear()
+            dispatcher._apply_fns.clear()  # pylint: disable=protected-access
+            dispatcher._drain_fns.clear()  # pylint: disable=protected-access
+        return keys
