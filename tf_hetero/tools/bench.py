@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import math
 import os
 import random
 import statistics
@@ -676,6 +677,43 @@ def plot(results: list[dict], cfg: BenchConfig, path: str) -> str:
     return path
 
 
+def warm_up_tasks(cfg: BenchConfig) -> int:
+    """Tasks of each row's untimed warm-up fit: a few rounds of every row, a whole number of
+    each sized row's rounds and of ``steps_per_execution``.
+
+    >>> warm_up_tasks(BenchConfig(strategies=("bsp", "hps"), workers=4, steps_per_epoch=400))
+    16
+    """
+    from tf_hetero.strategies import registry
+
+    unit = math.lcm(cfg.workers, cfg.steps_per_execution)
+    for row in cfg.strategies:
+        s = split_row(row)[0]
+        if registry.entry(registry.parse(s)[0]).sized:
+            unit = math.lcm(unit, registry.updates_per_round(s, cfg.workers)
+                            * cfg.steps_per_execution)
+    return unit * max(1, -(-4 * cfg.workers // unit))  # >= 4 tasks per worker
+
+
+def warm_up(cluster, cfg: BenchConfig, profile: Profile) -> None:
+    """One short untimed fit of every row on the fresh cluster. The first fit in a process
+    pays one-time start-up costs (measured: ``bsp+rebalance``, first in its run, set up in
+    2.8-3.1 s against 1.4-1.8 s in the later repeats, every row's time to target counting
+    it), which the shuffled order left on whichever row ran first in the first repeat. A row
+    that fails here is reported and runs all the same (its timed runs report the error)."""
+    warm = dataclasses.replace(cfg, tasks=warm_up_tasks(cfg), steps_per_epoch=warm_up_tasks(cfg))
+    t = time.perf_counter()
+    for spec in cfg.strategies:
+        try:
+            run_strategy(spec, cluster, warm, profile, seed=cfg.seed)
+        except Exception as e:  # pylint: disable=broad-except
+            print(f"[tf-hetero bench] warm-up of {spec} failed ({type(e).__name__}); its "
+                  "timed runs will report the error.", flush=True)
+        gc.collect()
+    print(f"[tf-hetero bench] warm-up: {warm.tasks} tasks of each row, untimed, "
+          f"{time.perf_counter() - t:.0f}s", flush=True)
+
+
 def run_bench(cfg: BenchConfig, failures: dict | None = None) -> list[dict]:
     """Runs every row of ``cfg`` on one local cluster, writes the JSON, Markdown and PNG, and
     returns the table's rows. A row that raises is reported (in the table, the JSON and
@@ -691,6 +729,7 @@ def run_bench(cfg: BenchConfig, failures: dict | None = None) -> list[dict]:
     runs, failed = [], {}
     with LocalCluster(cfg.workers, cfg.ps, profile=profile, processes=True) as cluster:
         meter = TrafficMeter.for_cluster(cluster)
+        warm_up(cluster, cfg, profile)
         for rep in range(cfg.repeats):
             # A shuffled order per repeat: no row always runs first on a fresh cluster, or
             # always after the same neighbour.
