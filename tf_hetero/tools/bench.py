@@ -13,8 +13,10 @@ capacities) as the last row.
 
 Every row runs on one clock, from ``fit()`` being called to the last update applied (the final
 apply, a pipelined drain round or a fold-only round included); ``setup_s`` reports the part
-before the first task started. ``--repeats K`` runs every row K times, each repeat in an order
-shuffled from the seed, and reports the median and range (docs/MEASUREMENT.md).
+before the first task started. Before the timed runs, every row runs one short untimed fit
+(:func:`warm_up`: the process's start-up is no row's). ``--repeats K`` runs every row K times,
+each repeat in an order shuffled from the seed, and reports the median and range
+(docs/MEASUREMENT.md).
 
 Per strategy (JSON keys of ``results``, one row per strategy: the run with the median
 samples/s, with ``spread``; every run is in ``runs``):
@@ -697,10 +699,11 @@ def warm_up_tasks(cfg: BenchConfig) -> int:
 
 def warm_up(cluster, cfg: BenchConfig, profile: Profile) -> None:
     """One short untimed fit of every row on the fresh cluster. The first fit in a process
-    pays one-time start-up costs (measured: ``bsp+rebalance``, first in its run, set up in
-    2.8-3.1 s against 1.4-1.8 s in the later repeats, every row's time to target counting
-    it), which the shuffled order left on whichever row ran first in the first repeat. A row
-    that fails here is reported and runs all the same (its timed runs report the error)."""
+    pays one-time start-up costs (measured: ``bsp+rebalance``, first in its runs, set up in
+    2.8-3.9 s against 1.4-2.3 s for every later fit, and every row's time to target counts
+    its set-up), which the shuffled order left on whichever row ran first in the first
+    repeat. A row that fails here is reported and runs all the same (its timed runs report
+    the error)."""
     warm = dataclasses.replace(cfg, tasks=warm_up_tasks(cfg), steps_per_epoch=warm_up_tasks(cfg))
     t = time.perf_counter()
     for spec in cfg.strategies:
