@@ -22,7 +22,9 @@ The loop (after PSLD, Chen et al., SoCC 2020):
 3. **trial**: the next window runs with the moves. Its mean round time ``t`` is compared
    with the baseline: ``t <= baseline x (1 - min_gain)`` keeps them (``t`` is the new
    baseline); otherwise they are undone (moved back at once, last first) and each
-   ``(unit, to PS)`` pair is not proposed again for ``retry_after`` decisions. Next moves
+   ``(unit, to PS)`` pair is not proposed again for ``retry_after`` decisions, twice as
+   long each time the same pair is undone again (a trial and its undo cost two pauses:
+   one that keeps failing must not be paid every ``retry_after`` decisions). Next moves
    may be proposed in the same decision.
 
 Nothing here times anything: the decisions below run on synthetic round times.
@@ -49,6 +51,22 @@ A move that makes rounds slower is undone:
 [Move(unit='b', src=1, dst=0)]
 >>> c.kept, c.undone, c.history[-1]["decision"]
 (0, 1, 'undo')
+
+An undone pair waits ``retry_after`` decisions before it is tried again, twice as long after
+each further undo (measured: retried every 10 decisions, one failing move paid a move and an
+undo four times in a fit, docs/PSLD.md section 4):
+
+>>> c = RebalanceController(window=2, explore=0.0, retry_after=2); c.bind(2)
+>>> units = {"a": (0, 300), "b": (0, 100), "c": (1, 100)}
+>>> tried = []
+>>> for k in range(12):
+...     moves = c.decide(units, [0.2, 0.2])      # never faster: every trial is undone
+...     for m in moves:
+...         units[m.unit] = (m.dst, units[m.unit][1])
+...     if any(m.src == 0 for m in moves):
+...         tried.append(c.decisions)
+>>> tried                                      # b -> 1 after 2, then 4 decisions of tabu
+[1, 4, 9]
 
 Two kernels on a PS 3x slower than the other move in one decision (and the small bias
 makes room for them on the fast PS):
@@ -140,7 +158,8 @@ class RebalanceController:
       min_gain: relative round-time improvement a move must bring to be kept (0.05: 5%).
       explore: probability of a random move instead of the greedy one.
       rates: relative PS service rates used when no busy times are measured (default equal).
-      retry_after: decisions before an undone ``(unit, to PS)`` may be proposed again.
+      retry_after: decisions before an undone ``(unit, to PS)`` may be proposed again
+        (doubled for each earlier undo of the same pair).
       max_moves: most greedy moves proposed (and judged) together in one decision.
       skip_first: rounds at the start of each window left out of its mean (the first round
         after a move also runs the newly traced functions on the workers once).
@@ -177,6 +196,7 @@ class RebalanceController:
         self.baseline: float | None = None
         self.trial: list[Move] = []  # the moves being measured
         self._tabu: dict[tuple[str, int], int] = {}  # (unit, dst) -> decision it expires
+        self._undos: dict[tuple[str, int], int] = {}  # (unit, dst) -> times undone
         self.decisions = 0
         self.kept = 0
         self.undone = 0
@@ -255,7 +275,10 @@ class RebalanceController:
                 self.undone += 1
                 for move in reversed(self.trial):
                     moves.append(move.reverse())
-                    self._tabu[(move.unit, move.dst)] = self.decisions + self.retry_after
+                    pair = (move.unit, move.dst)
+                    self._undos[pair] = self._undos.get(pair, 0) + 1
+                    self._tabu[pair] = (self.decisions
+                                        + self.retry_after * 2 ** (self._undos[pair] - 1))
                     units[move.unit] = (move.src, units[move.unit][1])
             self.trial = []
         else:
