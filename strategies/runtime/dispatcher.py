@@ -113,14 +113,12 @@ class ClosureDispatcher:
     def _dispatch_apply(self, round_id, lanes, folds):
         rnd = self.engine.rounds[round_id]
         slot = rnd.slot
-        lanes_n = self.engine.num_lanes
-        weights = np.zeros((lanes_n, 2), np.float32)
-        expected = np.full((lanes_n, 2), -2, np.int64)
+        weights, expected = self._apply_arrays()
         for lane in lanes:
             weights[lane, slot], expected[lane, slot] = 1.0, round_id
         for (lane, fold_slot), (late_round, weight) in folds.items():
             weights[lane, fold_slot], expected[lane, fold_slot] = weight, late_round
-        args = (tf.constant(weights), tf.constant(expected), tf.constant(rnd.scale, tf.float32))
+        args = _apply_args(weights, expected, rnd.scale)
         fn = self._round_apply_fn(self._round_accumulators(round_id, folds), args)
         # Run from the chief, in order (applier.py): an apply on a worker's queue waited
         # behind that worker's task and held the worker up.
@@ -163,12 +161,11 @@ class ClosureDispatcher:
         self.apply_traces.append((when, time.monotonic() - t0))
         return fn
 
-    def apply_args_spec(self) -> tuple:
-        """Placeholder arguments of an apply function (their values do not matter to a
-        trace: shapes and dtypes do)."""
+    def _apply_arrays(self):
+        """An apply's ``weights`` (all 0: nothing counts) and ``expected`` (-2: no tag), one
+        row per accumulator lane, one column per slot; a round sets its lanes' entries."""
         lanes = self.engine.num_lanes
-        return (tf.zeros((lanes, 2), tf.float32), tf.zeros((lanes, 2), tf.int64),
-                tf.constant(1.0, tf.float32))
+        return np.zeros((lanes, 2), np.float32), np.full((lanes, 2), -2, np.int64)
 
     def prepare_applies(self, keys) -> None:
         """Traces the apply functions of ``keys`` (tuples of accumulators) that are not traced
@@ -176,7 +173,7 @@ class ClosureDispatcher:
         the new placement runs: that round's close then finds its apply traced instead of
         tracing it (~0.3-0.4 s here) between its close and its apply. An error here is left
         for the round's own trace to raise."""
-        args = self.apply_args_spec()
+        args = _apply_args(*self._apply_arrays(), 1.0)  # a trace reads shapes and dtypes
         for key in keys:
             with self._apply_lock:
                 if key in self._apply_fns:
@@ -185,6 +182,11 @@ class ClosureDispatcher:
                     self._trace_apply(key, args, "ahead")
                 except Exception:  # pylint: disable=broad-except
                     return  # the round's close traces it again and reports the error
+
+
+def _apply_args(weights: np.ndarray, expected: np.ndarray, scale: float) -> tuple:
+    """The arguments of a round's apply function, as tensors (one signature, one trace)."""
+    return tf.constant(weights), tf.constant(expected), tf.constant(scale, tf.float32)
 
 
 def hand_on(closure) -> None:
