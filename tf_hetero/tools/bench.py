@@ -126,10 +126,8 @@ class BenchConfig:
         if self.steps_per_epoch % self.steps_per_execution:
             raise ValueError(f"bench steps_per_epoch={self.steps_per_epoch} must be a multiple of "
                              f"steps_per_execution={self.steps_per_execution}.")
-        for row in self.strategies:  # checked before any cluster starts
-            s = split_row(row)[0]
-            per_round = registry.updates_per_round(s, self.workers) * self.steps_per_execution
-            if registry.entry(registry.parse(s)[0]).sized and self.steps_per_epoch % per_round:
+        for s, per_round in sized_rounds(self):  # checked before any cluster starts
+            if self.steps_per_epoch % per_round:
                 raise ValueError(
                     f"bench {s}: steps_per_epoch={self.steps_per_epoch} is not a multiple of "
                     f"its {per_round} batches per round (an epoch would end in a partial round, "
@@ -679,6 +677,23 @@ def plot(results: list[dict], cfg: BenchConfig, path: str) -> str:
     return path
 
 
+def sized_rounds(cfg: BenchConfig) -> list[tuple[str, int]]:
+    """``(strategy, fit steps per round)`` of every row with per-worker batch sizes: an
+    epoch of such a row must hold whole rounds.
+
+    >>> sized_rounds(BenchConfig(strategies=("bsp", "hps8"), workers=4, steps_per_epoch=400))
+    [('hps8', 8)]
+    """
+    from tf_hetero.strategies import registry
+
+    out = []
+    for row in cfg.strategies:
+        s = split_row(row)[0]
+        if registry.entry(registry.parse(s)[0]).sized:
+            out.append((s, registry.updates_per_round(s, cfg.workers) * cfg.steps_per_execution))
+    return out
+
+
 def warm_up_tasks(cfg: BenchConfig) -> int:
     """Tasks of each row's untimed warm-up fit: a few rounds of every row, a whole number of
     each sized row's rounds and of ``steps_per_execution``.
@@ -686,14 +701,8 @@ def warm_up_tasks(cfg: BenchConfig) -> int:
     >>> warm_up_tasks(BenchConfig(strategies=("bsp", "hps"), workers=4, steps_per_epoch=400))
     16
     """
-    from tf_hetero.strategies import registry
-
-    unit = math.lcm(cfg.workers, cfg.steps_per_execution)
-    for row in cfg.strategies:
-        s = split_row(row)[0]
-        if registry.entry(registry.parse(s)[0]).sized:
-            unit = math.lcm(unit, registry.updates_per_round(s, cfg.workers)
-                            * cfg.steps_per_execution)
+    unit = math.lcm(cfg.workers, cfg.steps_per_execution,
+                    *(per_round for _, per_round in sized_rounds(cfg)))
     return unit * max(1, -(-4 * cfg.workers // unit))  # >= 4 tasks per worker
 
 
@@ -704,7 +713,8 @@ def warm_up(cluster, cfg: BenchConfig, profile: Profile) -> None:
     its set-up), which the shuffled order left on whichever row ran first in the first
     repeat. A row that fails here is reported and runs all the same (its timed runs report
     the error)."""
-    warm = dataclasses.replace(cfg, tasks=warm_up_tasks(cfg), steps_per_epoch=warm_up_tasks(cfg))
+    tasks = warm_up_tasks(cfg)
+    warm = dataclasses.replace(cfg, tasks=tasks, steps_per_epoch=tasks)
     t = time.perf_counter()
     for spec in cfg.strategies:
         try:
