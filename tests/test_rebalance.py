@@ -138,7 +138,7 @@ def test_a_boundary_waits_for_the_rounds_in_flight_and_never_forces_a_partial_ro
     seen = []
 
     class Recording(RebalanceController):
-        def decide(self, units, round_times, busy_s=None, served_bytes=None):
+        def decide(self, units, round_times, **measured):
             seen.append(list(round_times))
             return [Move("x", 0, 1)]
 
@@ -261,3 +261,62 @@ def test_rates_fitted_with_a_per_request_cost_send_the_second_kernel_off_the_slo
     assert "k1" in second_decision(with_requests=True)
     assert "k1" not in second_decision(with_requests=False)
     assert rebalance.fit_rates([], 2) is None
+
+
+def _gated(payback_rounds, explore=0.0):
+    c = RebalanceController(window=3, explore=explore, payback_rounds=payback_rounds, seed=1)
+    c.bind(2)
+    return c
+
+
+def test_a_move_that_cannot_pay_back_its_pause_is_withheld():
+    """The first window's first round is 1.2 s longer (the pause a move costs) and the loaded
+    PS is busy 10 ms of each 200 ms round: halving its load saves ~5 ms a round, 0.25 s in 50
+    rounds, so nothing moves. Without the check (payback_rounds=None) the same window moves a
+    kernel; with the PS busy most of each round the check lets it through."""
+    units = {"k0": (0, 64000), "k1": (0, 64000), "b": (1, 800)}
+    rounds, idle, busy = [1.4, 0.2, 0.2], [0.03, 0.001], [0.5, 0.001]
+    c = _gated(50)
+    assert c.decide(units, rounds, busy_s=idle) == [] and c.withheld == 1
+    assert c.history[-1]["withheld"] and c.pause_s == pytest.approx(1.2)
+    assert c.summary()["rebalance_withheld"] == 1
+    assert _gated(None).decide(units, rounds, busy_s=idle) == [Move("k0", 0, 1)]
+    assert _gated(50).decide(units, rounds, busy_s=busy) == [Move("k0", 0, 1)]
+
+
+def test_the_pause_is_measured_after_each_move_with_the_reported_retrace():
+    c = _gated(50)
+    units = {"k0": (0, 64000), "k1": (0, 64000), "b": (1, 800)}
+    (move,) = c.decide(units, [1.4, 0.2, 0.2], busy_s=[0.5, 0.001])
+    units["k0"] = (1, 64000)
+    # The first round after the move: 0.9 s over the window's others, plus 0.6 s re-tracing.
+    c.decide(units, [1.0, 0.1, 0.1], busy_s=[0.1, 0.1], retrace_s=0.6)
+    assert c.pause_s == pytest.approx(1.5) and c.history[-1]["decision"] == "keep"
+    # No move at that decision: the next window's first round is not a pause.
+    c.decide(units, [0.5, 0.1, 0.1], busy_s=[0.1, 0.1])
+    assert c.pause_s == pytest.approx(1.5)
+
+
+def test_explorations_spend_at_most_their_budget_of_the_training_time():
+    """explore=1.0 would explore at every decision; with a measured pause of 1 s and a 5%
+    budget, each exploration (its move and the likely undo: 2 s) waits for 40 s of rounds."""
+    units = {"a": (0, 100), "b": (1, 100)}
+    c = RebalanceController(window=5, explore=1.0, seed=0)
+    c.bind(2)
+    explored_at, elapsed, moved = [], 0.0, True  # the fit's first round pays one too
+    for _ in range(60):
+        first = 2.0 if moved else 1.0  # a move's pause: 1 s in the next window's first round
+        moves = c.decide(units, [first] + [1.0] * 4)
+        elapsed += first + 4.0
+        moved = bool(moves)
+        for m in moves:
+            units[m.unit] = (m.dst, units[m.unit][1])
+        if c.trial:
+            explored_at.append(elapsed)
+    assert c.pause_s == pytest.approx(1.0)
+    # Each exploration is charged 2 s, 5% of the time: none before 40 s, at most 5% overall.
+    assert explored_at and explored_at[0] >= 40
+    assert len(explored_at) * 2.0 <= 0.05 * elapsed
+    unlimited = RebalanceController(window=5, explore=1.0, seed=0, explore_budget=1.0)
+    unlimited.bind(2)
+    assert unlimited.decide({"a": (0, 100), "b": (1, 100)}, [2.0] + [1.0] * 4)  # at once

@@ -216,6 +216,7 @@ class Rebalancer:
         #: Seconds each re-trace of the step after a move took (on the fit thread, before
         #: the first round on the new placement could open).
         self.retrace_s: list[float] = []
+        self._retraces_told = 0  # retrace_s entries already given to the controller
         # After a move: (task index from which to trace the applies ahead, their keys).
         self._prepare: tuple[int, list] | None = None
 
@@ -321,9 +322,13 @@ class Rebalancer:
         self._round_index = len(self.monitor.rounds)
         times = [r.t_applied - r.t_open for r in rounds if r.training]
         measured = self._load_since()
+        # The re-traces since the last decision are part of its moves' pause (the rest shows
+        # in this window's first round); the controller weighs the next moves against it.
+        retraced = sum(self.retrace_s[self._retraces_told:])
+        self._retraces_told = len(self.retrace_s)
         units = self.units()
         moves = self.controller.decide({k: (ps, load) for k, (ps, load, _) in units.items()},
-                                       times, **measured)
+                                       times, retrace_s=retraced or None, **measured)
         self._make(moves, units, self.controller.decisions)
         return bool(moves)
 

@@ -26,6 +26,17 @@ The loop (after PSLD, Chen et al., SoCC 2020):
    long each time the same pair is undone again (a trial and its undo cost two pauses:
    one that keeps failing must not be paid every ``retry_after`` decisions). Next moves
    may be proposed in the same decision.
+4. **worth it?** Every move costs a pause: the step is traced again and the workers
+   instantiate it (measured: ~0.8-1.8 s on a 2-core machine, docs/PSLD.md section 4). A
+   greedy proposal is made only if its estimated saving pays that pause back within
+   ``payback_rounds`` rounds: the saving per round is the bottleneck PS's measured busy
+   seconds per round times the relative drop of the largest load per rate (the whole round
+   when no busy times are measured); the pause is measured (the retrace the strategy
+   reports plus the excess of the first round after a move over its window, the fit's
+   first round before any move). Explorations spend at most ``explore_budget`` of the
+   training time measured so far on their pauses (a move and its likely undo). Measured
+   without these rules: a slow PS holding only biases drew 12-40 moves per fit, each
+   undone trial two pauses, and rebalancing cost 4-20% of the time to target.
 
 Nothing here times anything: the decisions below run on synthetic round times.
 
@@ -74,6 +85,23 @@ makes room for them on the fast PS):
 >>> c = RebalanceController(window=2, explore=0.0, rates=(1.0, 1 / 3)); c.bind(2)
 >>> c.decide({"k0": (1, 64000), "k1": (1, 64000), "b": (0, 800)}, [0.5, 0.5])
 [Move(unit='k0', src=1, dst=0), Move(unit='k1', src=1, dst=0), Move(unit='b', src=0, dst=1)]
+
+A move whose estimated saving does not pay its pause back is not tried: here the fit's
+first round took 1.2 s more than the others (the pause a move would cost) and the loaded
+PS is busy 10 ms of each 200 ms round, so balancing it saves at most ~5 ms a round:
+
+>>> c = RebalanceController(window=3, explore=0.0); c.bind(2)
+>>> units = {"k0": (0, 64000), "k1": (0, 64000), "b": (1, 800)}
+>>> c.decide(units, [1.4, 0.2, 0.2], busy_s=[0.03, 0.001])
+[]
+>>> h = c.history[-1]; h["withheld"], round(h["pause_s"], 2), round(h["saving_s"], 3)
+(True, 1.2, 0.005)
+
+The same placement with the PS busy most of each round is worth a move:
+
+>>> c = RebalanceController(window=3, explore=0.0); c.bind(2)
+>>> c.decide(units, [1.4, 0.2, 0.2], busy_s=[0.5, 0.001])
+[Move(unit='k0', src=0, dst=1)]
 """
 
 from __future__ import annotations
@@ -164,12 +192,18 @@ class RebalanceController:
       skip_first: rounds at the start of each window left out of its mean (the first round
         after a move also runs the newly traced functions on the workers once).
       seed: of the exploration draws (reproducible).
+      payback_rounds: a greedy proposal is made only if its estimated saving per round
+        times this pays back the measured pause of a move (module notes, step 4); ``None``:
+        always propose (the controller of 2026-11-28 and before).
+      explore_budget: most share of the measured training time spent on explorations'
+        pauses (two per exploration: the move and its likely undo); 1.0: no limit.
     """
 
     def __init__(self, window: int = 8, min_gain: float = 0.05, explore: float = 0.1,
                  rates: Sequence[float] | None = None, retry_after: int = 10,
                  skip_first: int = 1, seed: int = 0, max_moves: int = 4,
-                 first_window: int | None = None):
+                 first_window: int | None = None, payback_rounds: int | None = 50,
+                 explore_budget: float = 0.05):
         if max_moves < 1:
             raise ValueError(f"RebalanceController(max_moves={max_moves}): need >= 1.")
         if window < 1 or not 0 <= skip_first < window:
@@ -184,6 +218,11 @@ class RebalanceController:
         if not 0 <= explore <= 1 or not 0 <= min_gain < 1:
             raise ValueError(f"RebalanceController(explore={explore}, min_gain={min_gain}): "
                              "need 0 <= explore <= 1 and 0 <= min_gain < 1.")
+        if payback_rounds is not None and payback_rounds < 1 or not 0 <= explore_budget <= 1:
+            raise ValueError(f"RebalanceController(payback_rounds={payback_rounds}, "
+                             f"explore_budget={explore_budget}): need payback_rounds >= 1 "
+                             "(or None: no pause check) and 0 <= explore_budget <= 1.")
+        self.payback_rounds, self.explore_budget = payback_rounds, explore_budget
         self.window, self.min_gain, self.explore = window, min_gain, explore
         self.first_window = first_window
         self.retry_after, self.skip_first, self.max_moves = retry_after, skip_first, max_moves
@@ -200,7 +239,15 @@ class RebalanceController:
         self.decisions = 0
         self.kept = 0
         self.undone = 0
-        #: One dict per decision: window mean, baseline, decision, moves (a log for people).
+        #: Decisions whose greedy proposal was withheld: its saving did not pay the pause.
+        self.withheld = 0
+        #: The last measured pause of a move, seconds (``None``: not measured yet).
+        self.pause_s: float | None = None
+        self._elapsed = 0.0  # seconds of the rounds measured so far
+        self._explore_spent = 0.0  # pause seconds charged to explorations
+        self._moved = False  # the last decision made moves (the next window pays them)
+        #: One dict per decision: window mean, baseline, decision, moves, the pause measured,
+        #: the proposal's estimated saving per round, ``withheld`` (a log for people).
         self.history: list[dict] = []
         self._explored = False  # the last proposal was an exploration
         #: Measured windows ``(requests, bytes, busy_s)`` per PS, the last ``fit_windows``.
@@ -243,7 +290,8 @@ class RebalanceController:
     def decide(self, units: Mapping[str, tuple[int, float]], round_times: Sequence[float],
                busy_s: Sequence[float] | None = None,
                served_bytes: Sequence[float] | None = None,
-               requests: Sequence[int] | None = None) -> list[Move]:
+               requests: Sequence[int] | None = None,
+               retrace_s: float | None = None) -> list[Move]:
         """The moves to make now.
 
         Args:
@@ -255,6 +303,8 @@ class RebalanceController:
           requests: requests served per PS over the window; with them the rates are fitted
             with a per-request cost (:func:`fit_rates`, over the last ``fit_windows``
             windows) instead of ``served_bytes / busy_s``.
+          retrace_s: seconds the strategy spent tracing the step again after the last
+            decision's moves (part of their pause; the rest is in this window's first round).
         """
         self.decisions += 1
         t = self.window_mean(round_times)
@@ -264,6 +314,9 @@ class RebalanceController:
             entry["decision"] = "no rounds"
             self.history.append(entry)
             return moves
+        self._observe_pause(round_times, t, retrace_s)
+        entry["pause_s"] = self.pause_s
+        self._elapsed += sum(round_times)
         units = dict(units)
         if self.trial:
             if self.baseline is not None and t <= self.baseline * (1 - self.min_gain):
@@ -284,18 +337,69 @@ class RebalanceController:
         else:
             self.baseline = t  # the current placement, as measured now
         rates = self._measured_rates(busy_s, served_bytes, requests) or self.rates
+        before = dict(units)
+        proposed: list[Move] = []
         for _ in range(self.max_moves):
             proposal = self.propose(units, rates)
             if proposal is None:
                 break
-            moves.append(proposal)
-            self.trial.append(proposal)
+            proposed.append(proposal)
             units[proposal.unit] = (proposal.dst, units[proposal.unit][1])
             if self._explored:
                 break  # an exploration is one random move, judged alone
+        if proposed and not self._explored:
+            saving = self.saving(before, units, rates, t, busy_s, len(round_times))
+            entry["saving_s"] = saving
+            if (self.payback_rounds is not None and self.pause_s is not None
+                    and saving * self.payback_rounds < self.pause_s):
+                proposed = []  # not worth a pause: the placement stays
+                self.withheld += 1
+                entry["withheld"] = True
+        self.trial = proposed
+        moves += proposed
+        self._moved = bool(moves)
         entry["moves"] = [dataclasses.astuple(m) for m in moves]
         self.history.append(entry)
         return moves
+
+    def _observe_pause(self, round_times, mean: float, retrace_s: float | None) -> None:
+        """Measures a move's pause: after moves (or the fit's first window, whose first round
+        instantiated the step too), the first round's excess over the window's mean, plus
+        the retrace the strategy reports."""
+        if not (self._moved or self.decisions == 1) or len(round_times) <= self.skip_first:
+            return
+        if self.skip_first == 0:
+            return  # no round left out: the window's first round is not told apart
+        excess = max(0.0, float(round_times[0]) - mean)
+        self.pause_s = excess + float(retrace_s or 0.0)
+
+    def saving(self, before: Mapping[str, tuple[int, float]],
+               after: Mapping[str, tuple[int, float]], rates: Sequence[float],
+               mean_s: float, busy_s: Sequence[float] | None, rounds: int) -> float:
+        """Estimated seconds per round the placement ``after`` saves over ``before``: the
+        bottleneck PS's busy seconds per round (measured; the whole round ``mean_s`` when
+        not) times the relative drop of the largest load per rate.
+
+        >>> c = RebalanceController(); c.bind(2)
+        >>> c.saving({"a": (0, 300), "b": (0, 100)}, {"a": (0, 300), "b": (1, 100)},
+        ...          (1.0, 1.0), 0.5, busy_s=[0.8, 0.0], rounds=4)    # 0.2 s a round x 1/4
+        0.05
+        """
+        def worst(placement):
+            loads = [0.0] * self.num_ps
+            for ps, load in placement.values():
+                loads[ps] += load
+            per_rate = [a / r for a, r in zip(loads, rates)]
+            top = max(range(self.num_ps), key=lambda p: per_rate[p])
+            return per_rate[top], top
+
+        now, top = worst(before)
+        later, _ = worst(after)
+        if now <= 0:
+            return 0.0
+        busy = (busy_s[top] / rounds if busy_s is not None and len(busy_s) == self.num_ps
+                and rounds else mean_s)
+        return max(0.0, busy * (1 - later / now))
 
     def _measured_rates(self, busy_s, served_bytes, requests=None):
         """Service rate of each PS as measured, relative to the fastest; ``None`` if not
@@ -340,8 +444,10 @@ class RebalanceController:
         if not candidates:
             return None
         self._explored = False
-        if self.explore and not self.trial and self._rng.random() < self.explore:
+        if (self.explore and not self.trial and self._rng.random() < self.explore
+                and self._may_explore()):
             self._explored = True
+            self._explore_spent += 2 * (self.pause_s or 0.0)
             name, ps, _, dst = self._rng.choice(candidates)
             return Move(name, ps, dst)
 
@@ -357,6 +463,12 @@ class RebalanceController:
         if worst_after(best) >= now * (1 - 1e-9):
             return None
         return Move(best[0], best[1], best[3])
+
+    def _may_explore(self) -> bool:
+        """An exploration's pauses (its move and a likely undo) fit ``explore_budget`` of the
+        training time measured so far."""
+        cost = 2 * (self.pause_s or 0.0)
+        return self._explore_spent + cost <= self.explore_budget * self._elapsed or cost == 0
 
     def scale(self, units: Mapping[str, tuple[int, float]], active: Sequence[int],
               busy_s: Sequence[float] | None = None,
@@ -413,12 +525,14 @@ class RebalanceController:
     def summary(self) -> dict:
         """Figures for logs: decisions, moves kept and undone, the current baseline."""
         return {"rebalance_decisions": self.decisions, "rebalance_kept": self.kept,
-                "rebalance_undone": self.undone, "rebalance_baseline_s": self.baseline}
+                "rebalance_undone": self.undone, "rebalance_withheld": self.withheld,
+                "rebalance_baseline_s": self.baseline, "rebalance_pause_s": self.pause_s}
 
     def __repr__(self):
         return (f"RebalanceController(window={self.window}, first_window={self.first_window}, "
                 f"min_gain={self.min_gain}, "
-                f"explore={self.explore}, max_moves={self.max_moves})")
+                f"explore={self.explore}, max_moves={self.max_moves}, "
+                f"payback_rounds={self.payback_rounds})")
 
 
 #: ``first_window`` of ``rebalance=True`` (measured: docs/PSLD.md section 4).
@@ -430,7 +544,7 @@ def make(rebalance) -> RebalanceController | None:
     :class:`RebalanceController`).
 
     >>> make(True), make(False)
-    (RebalanceController(window=8, first_window=3, min_gain=0.05, explore=0.1, max_moves=4), None)
+    (RebalanceController(window=8, first_window=3, min_gain=0.05, explore=0.1, max_moves=4, payback_rounds=50), None)
     >>> make("yes")
     Traceback (most recent call last):
     ...
