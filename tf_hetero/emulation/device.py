@@ -127,6 +127,12 @@ class EmulatedDevice:
         self.task_counter = tf.Variable(
             tf.constant(0, tf.int64), trainable=False, name="tf_hetero_task_counter",
             per_worker_variable=True, aggregation=tf.VariableAggregation.NONE)
+        # Emulated microseconds each worker's steps were given (device time and link), added
+        # once the step's closing sleep ran: what the profile asked of each worker, exactly,
+        # for checks that must not depend on the machine's load (tests assert no wall times).
+        self.budget_counter = tf.Variable(
+            tf.constant(0, tf.int64), trainable=False, name="tf_hetero_budget_us",
+            per_worker_variable=True, aggregation=tf.VariableAggregation.NONE)
         # How long the worker's last own optimizer update took (us): the next step's update
         # starts twice that before the end of its device time, so that it lands near the end
         # and the step still lasts its device time (_update_after_compute).
@@ -153,6 +159,12 @@ class EmulatedDevice:
     def tasks_per_worker(self) -> list[int]:
         """How many tasks each worker has run (read from the workers)."""
         return [int(v.numpy()) for v in self.task_counter.read_all()]
+
+    def budget_ms_per_worker(self) -> list[float]:
+        """Emulated milliseconds each worker's finished steps were given, in total (device
+        time and emulated link time; read from the workers). Each step lasted at least its
+        share: the sleep that pads a step to its budget ran before the count."""
+        return [float(v.numpy()) / 1e3 for v in self.budget_counter.read_all()]
 
     def link_microseconds(self, num_bytes: int) -> tf.Tensor:
         """Time ``num_bytes`` take on the current worker's emulated link (int64 us)."""
@@ -206,13 +218,15 @@ class EmulatedDevice:
             with tf.control_dependencies(tf.nest.flatten(logs) + spent):
                 elapsed_us = tf.cast((tf.timestamp() - start) * 1e6, tf.int64)
                 slept = sleep_op(tf.maximum(budget_us - elapsed_us, 0))
+            with tf.control_dependencies([slept]):
+                counted = self.budget_counter.assign_add(budget_us)
             pushed = []
             if servers is not None and not flags["local"] and not flags["pushed"]:
                 from tf_hetero.emulation.ps import bytes_per_ps
 
                 servers.push_bytes = bytes_per_ps(model.trainable_variables, servers.num_ps)
                 pushed = servers.serve_all(servers.push_bytes, after=[slept])
-            with tf.control_dependencies([slept] + pushed):
+            with tf.control_dependencies([slept, counted] + pushed):
                 return tf.nest.map_structure(tf.identity, logs)
 
         return emulated_step

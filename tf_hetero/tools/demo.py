@@ -92,6 +92,9 @@ class DemoResult:
     efficiency: float
     accuracy: float
     timeline: list  # (worker, start_s, end_s) per task, relative to the first task
+    #: Emulated ms each worker's tasks were given, on average (from the workers' counters:
+    #: what the profile asked, whatever the machine's load did); None without emulation.
+    emulated_ms_per_task: list | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -117,7 +120,7 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
         model.compile(optimizer=keras.optimizers.Adam(cfg.learning_rate),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
-    tf_hetero.emulate(model, profile, strategy=strategy)
+    device = tf_hetero.emulate(model, profile, strategy=strategy)
     hetero = isinstance(strategy, tf_hetero.HeteroStrategy)
     task_log = TaskLog.for_strategy(strategy)  # progress; for tf-hetero strategies the
     # figures below come from the monitor, which knows which tasks were applied
@@ -135,8 +138,12 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
     logits = model(test_split.x, training=False).numpy()
     accuracy = float(np.mean(np.argmax(logits, axis=1) == test_split.y))
     applied = strategy.monitor.summary()["applied_tasks"] if hetero else None
-    return measure(task_log, profile, n, cfg.batch_size, fit_wall_s=fit_wall, accuracy=accuracy,
-                   strategy=cfg.strategy, config=dataclasses.asdict(cfg), applied_tasks=applied)
+    result = measure(task_log, profile, n, cfg.batch_size, fit_wall_s=fit_wall,
+                     accuracy=accuracy, strategy=cfg.strategy, config=dataclasses.asdict(cfg),
+                     applied_tasks=applied)
+    result.emulated_ms_per_task = [b / t if t else None for b, t in zip(
+        device.budget_ms_per_worker(), device.tasks_per_worker())]
+    return result
 
 
 def measure(task_log: TaskLog, profile: Profile, num_workers: int, batch_size: int, *,
