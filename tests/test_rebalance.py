@@ -320,3 +320,25 @@ def test_explorations_spend_at_most_their_budget_of_the_training_time():
     unlimited = RebalanceController(window=5, explore=1.0, seed=0, explore_budget=1.0)
     unlimited.bind(2)
     assert unlimited.decide({"a": (0, 100), "b": (1, 100)}, [2.0] + [1.0] * 4)  # at once
+
+
+def test_a_greedy_trial_is_undone_only_if_slower_an_exploration_must_gain():
+    """A greedy trial 3% faster than its baseline (less than min_gain) is kept: it was
+    predicted to pay back its pause, and undoing it is another pause; the same window after
+    an exploration undoes it."""
+    units = {"big": (0, 600), "mid": (0, 300), "small": (1, 100)}
+    greedy = RebalanceController(window=2, explore=0.0, skip_first=0)
+    greedy.bind(2)
+    (move,) = greedy.decide(units, [1.0, 1.0])
+    units["mid"] = (1, 300)
+    assert greedy.decide(units, [0.97, 0.97]) == [] and greedy.kept == 1
+    slower = RebalanceController(window=2, explore=0.0, skip_first=0)
+    slower.bind(2)
+    slower.decide(dict(units, mid=(0, 300)), [1.0, 1.0])
+    assert slower.decide(units, [1.01, 1.01])[0] == move.reverse() and slower.undone == 1
+    explorer = RebalanceController(window=2, explore=1.0, skip_first=0, seed=0)
+    explorer.bind(2)
+    even = {"a": (0, 100), "b": (1, 100)}
+    (tried,) = explorer.decide(even, [1.0, 1.0])
+    even[tried.unit] = (tried.dst, 100)
+    assert explorer.decide(even, [0.97, 0.97])[0] == tried.reverse() and explorer.undone == 1
