@@ -329,9 +329,9 @@ class RebalanceController:
             # a second pause, and short windows are noisy (measured: a trial 4% faster than a
             # 2-round baseline was undone, and the fit spent the next 90 rounds ~30% slower
             # than the runs that kept it; docs/PSLD.md section 4).
-            needed = self.baseline * (1 - self.min_gain) if self._trial_explored \
-                else self.baseline
-            if self.baseline is not None and t <= needed:
+            needed = None if self.baseline is None else (
+                self.baseline * (1 - self.min_gain) if self._trial_explored else self.baseline)
+            if needed is not None and t <= needed:
                 entry["decision"] = "keep"
                 self.kept += 1
                 self.baseline = t
