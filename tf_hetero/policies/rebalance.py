@@ -250,8 +250,9 @@ class RebalanceController:
         self._elapsed = 0.0  # seconds of the rounds measured so far
         self._explore_spent = 0.0  # pause seconds charged to explorations
         self._moved = False  # the last decision made moves (the next window pays them)
-        #: One dict per decision: window mean, baseline, decision, moves, the pause measured,
-        #: the proposal's estimated saving per round, ``withheld`` (a log for people).
+        #: One dict per decision: window mean, baseline, decision, moves (undo moves first,
+        #: then ``trial``: the moves the next window judges), the pause measured, the
+        #: proposal's estimated saving per round, ``withheld`` (a log for people).
         self.history: list[dict] = []
         self._explored = False  # the last proposal was an exploration
         self._trial_explored = False  # the trial being measured is an exploration
@@ -372,6 +373,7 @@ class RebalanceController:
         moves += proposed
         self._moved = bool(moves)
         entry["moves"] = [dataclasses.astuple(m) for m in moves]
+        entry["trial"] = [dataclasses.astuple(m) for m in proposed]  # the rest undo a trial
         self.history.append(entry)
         return moves
 
