@@ -58,13 +58,20 @@ def test_each_worker_is_given_and_takes_the_profiles_time(trained):
     emulation asked, and a task cannot end before its closing sleep. Without the slowdown the
     counters say 1x; without the sleep worker 3's tasks end long before 240 ms.
     """
-    device = trained["device"]
-    base_ms = 80.0
-    given = [b / t for b, t in zip(device.budget_ms_per_worker(), device.tasks_per_worker())]
+    from tf_hetero.emulation.profile import Profile
+
+    base_ms = Profile.parse(PROFILE).base_ms  # 80
+    given = trained["device"].budget_ms_per_task()
     assert given == pytest.approx([base_ms] * 3 + [3 * base_ms], rel=1e-6), given
+    _each_task_lasted_at_least(trained["log"], given)
+
+
+def _each_task_lasted_at_least(log, given_ms):
+    """Every task of each worker, after its first (which traces), lasted at least the
+    emulated milliseconds that worker's tasks were given."""
     for w in range(WORKERS):
-        durations = [r.duration * 1e3 for r in trained["log"].records if r.worker == w][1:]
-        assert durations and min(durations) >= given[w] * 0.999, (w, min(durations), given)
+        durations = [r.duration * 1e3 for r in log.records if r.worker == w][1:]
+        assert durations and min(durations) >= given_ms[w] * 0.999, (w, min(durations), given_ms)
 
 
 def test_slow_worker_runs_fewer_tasks_under_async_pss(trained):
@@ -114,9 +121,7 @@ def test_an_emulated_link_slows_stock_pss_by_the_bytes_each_step_moves(trained):
     # and the push (not the read alone, not the push twice); the others' free links add ~0
     # (1000 MB/s). Every step lasted at least that (no upper bound: load only adds).
     links = [moved / (r * 1e6) * 1e3 for r in (1000, mbps, 1000, 1000)]
-    given = [b / t for b, t in zip(device.budget_ms_per_worker(), device.tasks_per_worker())]
+    given = device.budget_ms_per_task()
     assert given == pytest.approx([base_ms + ms for ms in links], abs=0.01), (given, link_ms)
-    for w in range(WORKERS):
-        durations = [r.duration * 1e3 for r in log.records if r.worker == w][1:]
-        assert durations and min(durations) >= given[w] * 0.999, (w, min(durations), given)
+    _each_task_lasted_at_least(log, given)
     log.detach()

@@ -160,11 +160,13 @@ class EmulatedDevice:
         """How many tasks each worker has run (read from the workers)."""
         return [int(v.numpy()) for v in self.task_counter.read_all()]
 
-    def budget_ms_per_worker(self) -> list[float]:
-        """Emulated milliseconds each worker's finished steps were given, in total (device
-        time and emulated link time; read from the workers). Each step lasted at least its
-        share: the sleep that pads a step to its budget ran before the count."""
-        return [float(v.numpy()) / 1e3 for v in self.budget_counter.read_all()]
+    def budget_ms_per_task(self) -> list[float | None]:
+        """Emulated milliseconds each worker's steps were given, on average per step (device
+        time and emulated link time; read from the workers; ``None`` for a worker that ran
+        none). Each step lasted at least its own: the sleep that pads a step to its budget
+        ran before the count."""
+        totals = [float(v.numpy()) / 1e3 for v in self.budget_counter.read_all()]
+        return [b / t if t else None for b, t in zip(totals, self.tasks_per_worker())]
 
     def link_microseconds(self, num_bytes: int) -> tf.Tensor:
         """Time ``num_bytes`` take on the current worker's emulated link (int64 us)."""

@@ -401,10 +401,7 @@ class RebalanceController:
         0.05
         """
         def worst(placement):
-            loads = [0.0] * self.num_ps
-            for ps, load in placement.values():
-                loads[ps] += load
-            per_rate = [a / r for a, r in zip(loads, rates)]
+            per_rate = [a / r for a, r in zip(self._loads(placement), rates)]
             top = max(range(self.num_ps), key=lambda p: per_rate[p])
             return per_rate[top], top
 
@@ -450,9 +447,7 @@ class RebalanceController:
         Move(unit='b', src=0, dst=1)
         """
         tabu = {k for k, until in self._tabu.items() if until > self.decisions}
-        loads = [0.0] * self.num_ps
-        for ps, load in units.values():
-            loads[ps] += load
+        loads = self._loads(units)
         candidates = [(name, ps, load, dst) for name, (ps, load) in sorted(units.items())
                       for dst in self.active
                       if dst != ps and load > 0 and (name, dst) not in tabu]
@@ -478,6 +473,13 @@ class RebalanceController:
         if worst_after(best) >= now * (1 - 1e-9):
             return None
         return Move(best[0], best[1], best[3])
+
+    def _loads(self, units: Mapping[str, tuple[int, float]]) -> list[float]:
+        """Load on each PS: the sum of its units' loads."""
+        loads = [0.0] * self.num_ps
+        for ps, load in units.values():
+            loads[ps] += load
+        return loads
 
     def _may_explore(self) -> bool:
         """An exploration's pauses (its move and a likely undo) fit ``explore_budget`` of the
@@ -511,9 +513,7 @@ class RebalanceController:
         rates = self._measured_rates(busy_s, served_bytes, requests) or self.rates
         self.active, self.trial, self.baseline = active, [], None
         units = dict(units)
-        loads = [0.0] * self.num_ps
-        for ps, load in units.values():
-            loads[ps] += load
+        loads = self._loads(units)
         moves = []
         leaving = [(name, ps, load) for name, (ps, load) in units.items() if ps not in active]
         for name, ps, load in sorted(leaving, key=lambda u: (-u[2], u[0])):

@@ -141,8 +141,7 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
     result = measure(task_log, profile, n, cfg.batch_size, fit_wall_s=fit_wall,
                      accuracy=accuracy, strategy=cfg.strategy, config=dataclasses.asdict(cfg),
                      applied_tasks=applied)
-    result.emulated_ms_per_task = [b / t if t else None for b, t in zip(
-        device.budget_ms_per_worker(), device.tasks_per_worker())]
+    result.emulated_ms_per_task = device.budget_ms_per_task()
     return result
 
 
