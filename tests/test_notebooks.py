@@ -32,7 +32,7 @@ SMALL = {
                   'STRATEGIES = ["pss", "bsp", "casp"]\nTARGET = 0.8\nEVAL_EVERY_S = 0.5\n'
                   "EPOCHS = 2\nSTEPS_PER_EPOCH = 36\nBATCH_SIZE = 16\n",
     # 15 rounds of 3 workers, a decision every 3: the two 32 KB kernels move off the slow
-    # PS (together once its service rate is measured), later decisions try biases.
+    # PS before the first round (decision 0, on the probed service rates).
     "psld.ipynb": 'WORKERS = 3\nPROFILE = "base_ms=30;ps_mbps=4;ps_slow=1:3"\nWINDOW = 3\n'
                   'STRATEGIES = ["round_robin", "rebalance", "balanced"]\nEPOCHS = 1\n'
                   "STEPS_PER_EPOCH = 45\nBATCH_SIZE = 32\n",
@@ -49,7 +49,8 @@ EXPECT = {"quickstart.ipynb": ["| worker |", "efficiency", "epoch 1/1 done"],
                          "decisions:", "casp_mean_k", "| strategy | time to 0.8 s |",
                          "| casp |"],
           "psld.ipynb": ["| run | rounds | bytes per step", "| rebalance, after the last move |",
-                         "moves:", "mean round ms before the first move",
+                         "moves:", "decision 0 (probe before the first round)",
+                         "moves before the first round; mean round ms of the round-robin run",
                          "placement at the end:", "epoch 1/1 done"]}
 
 

@@ -342,3 +342,56 @@ def test_a_greedy_trial_is_undone_only_if_slower_an_exploration_must_gain():
     (tried,) = explorer.decide(even, [1.0, 1.0])
     even[tried.unit] = (tried.dst, 100)
     assert explorer.decide(even, [0.97, 0.97])[0] == tried.reverse() and explorer.undone == 1
+
+
+# ------------------------------------------------------------------ decision 0 (probe)
+_PROBED = [(0.25e-6, 1e-3), (0.75e-6, 1e-3)]  # seconds per byte, per request: PS 1 3x slow
+
+
+def test_decision_0_moves_on_the_probed_rates_which_later_decisions_keep_using():
+    """Before the first round the probed service moves both kernels off the slow PS at once.
+    The first window then measures the baseline (decision 0 is not judged, nothing undone),
+    and, with one window that cannot separate per-request from per-byte cost, the next
+    proposal is made on the probed rates: none. Without them (equal rates) the controller
+    would send a kernel back to the slow PS to even the bytes."""
+    c = RebalanceController(window=2, explore=0.0)
+    c.bind(2)
+    units = {"k0": (1, 64000), "k1": (1, 64000), "b": (0, 800)}
+    moves = c.initial(units, _PROBED, steps_per_round=4, pause_s=0.5)
+    assert [(m.unit, m.src, m.dst) for m in moves[:2]] == [("k0", 1, 0), ("k1", 1, 0)]
+    for m in moves:
+        units[m.unit] = (m.dst, units[m.unit][1])
+    assert c.rates == (1.0, pytest.approx(1 / 3))
+    assert c.initial_decision["moves"] == [tuple(m.__dict__.values()) for m in moves]
+    window = dict(busy_s=[0.30, 0.02], served_bytes=[1_024_000, 6_400], requests=[16, 16])
+    assert c.decide(units, [0.2, 0.2], **window) == []
+    assert (c.history[-1]["decision"], c.undone, c.summary()["rebalance_initial_moves"]) == (
+        "measure", 0, 3)
+    equal = RebalanceController(window=2, explore=0.0)
+    equal.bind(2)
+    assert equal.decide(units, [0.2, 0.2], **window) != []  # equal rates: evens the bytes
+
+
+def test_decision_0_is_withheld_when_its_saving_does_not_pay_the_retrace():
+    """The kernel on the fast PS: the greedy rule would still move a bias to the slow PS
+    (~1 ms a round saved), the re-trace costs 0.5 s; nothing moves. Without the check (or
+    with the kernel on the slow PS) it moves."""
+    c = RebalanceController()
+    c.bind(2)
+    units = {"k": (0, 64000), "b0": (0, 800), "b1": (1, 800)}
+    assert c.initial(units, _PROBED, 4, pause_s=0.5) == []
+    assert c.initial_decision["withheld"] and c.initial_decision["saving_s"] < 0.01
+    unchecked = RebalanceController(payback_rounds=None)
+    unchecked.bind(2)
+    assert unchecked.initial(units, _PROBED, 4, pause_s=0.5) == [Move("b0", 0, 1)]
+    units = {"k": (1, 64000), "b0": (0, 800), "b1": (1, 800)}
+    assert c.initial(units, _PROBED, 4, pause_s=0.5) != []
+
+
+def test_an_unusable_probe_moves_nothing_and_keeps_the_rates():
+    c = RebalanceController(rates=(1.0, 0.5))
+    c.bind(2)
+    units = {"k0": (1, 64000), "b": (0, 800)}
+    for probed in ([None, (0.75e-6, 1e-3)], [(0.0, 1e-3), (0.75e-6, 1e-3)], [_PROBED[0]]):
+        assert c.initial(units, probed, 4, pause_s=0.5) == []
+        assert c.initial_decision["unusable"] and c.rates == (1.0, 0.5)

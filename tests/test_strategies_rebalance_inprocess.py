@@ -65,26 +65,31 @@ def _assert_same_state(got, want):
     assert int(got.optimizer.iterations.numpy()) == int(want.optimizer.iterations.numpy())
 
 
+def _assert_equals_large_batch_sgd(model, x, y, rounds, optimizer="sgd_momentum"):
+    """``model`` (trained on ``rounds`` BSP rounds of ``x, y``) equals one large-batch step
+    per round on a plain model: weights, slots, iterations (to 1e-5)."""
+    reference = _small_model()
+    reference.compile(_optimizers()[optimizer](), _loss())
+    xs, ys = x.reshape(rounds, N, B, 5), y.reshape(rounds, N, B)
+    for k in range(rounds):
+        reference.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
+    _assert_same_state(model, reference)
+
+
 def _fit_and_compare(cluster, controller, rounds, optimizer="sgd_momentum"):
     import tf_keras as keras
 
     import tf_hetero
 
     x, y = _data(rounds)
-    loss = _loss()
     strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=controller)
     with strategy.scope():
         model = _small_model()
-        model.compile(_optimizers()[optimizer](), loss)
+        model.compile(_optimizers()[optimizer](), _loss())
     before = [v.device for v in model.trainable_variables]
     model.fit(keras.utils.experimental.DatasetCreator(_per_worker_fn(x, y, rounds)), epochs=1,
               steps_per_epoch=N * rounds, verbose=0)
-    reference = _small_model()
-    reference.compile(_optimizers()[optimizer](), loss)
-    xs, ys = x.reshape(rounds, N, B, 5), y.reshape(rounds, N, B)
-    for k in range(rounds):
-        reference.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
-    _assert_same_state(model, reference)
+    _assert_equals_large_batch_sgd(model, x, y, rounds, optimizer)
     assert int(model.optimizer.iterations.numpy()) == rounds
     assert [r.applied for r in strategy.engine.rounds] == [N] * rounds
     return strategy, model, before
@@ -173,6 +178,65 @@ def _fit_rounds(model, x, y, rounds, **kw):
 
     model.fit(keras.utils.experimental.DatasetCreator(_per_worker_fn(x, y, rounds)),
               verbose=0, **{"epochs": 1, "steps_per_epoch": N * rounds, **kw})
+
+
+def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_round(cluster):
+    """With emulated PS tasks the rebalancer times each PS's service before the first task
+    (``EmulatedServers.probe``) and hands it to the controller's decision 0. Its moves are
+    made before the first round opens (the step traced again; variables, slots and
+    accumulators on the new PS), the probe's requests stay out of the PS counters (two per
+    step and PS: training's), and the fit still equals large-batch SGD. The controller
+    answers on fixed figures (the PS holding more bytes 3x slow) so that the moves do not
+    depend on timing; with the probe off (``probe=False``) nothing moves."""
+    import tf_hetero
+    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.rebalance import RebalanceController
+
+    seen = []
+
+    class Fixed(RebalanceController):
+        def initial(self, units, probed, steps_per_round=1, pause_s=None):
+            seen.append((list(probed), steps_per_round, pause_s))
+            heavy = max(range(2), key=lambda p: sum(l for q, l in units.values() if q == p))
+            fixed = [(0.75e-6 if p == heavy else 0.25e-6, 0.0) for p in range(2)]
+            self.expected = RebalanceController(explore=0.0)
+            self.expected.bind(2)
+            self.expected = self.expected.initial(units, fixed, steps_per_round)
+            return super().initial(units, fixed, steps_per_round, pause_s=None)
+
+    rounds = 4
+    x, y = _data(rounds)
+    for probe in (False, True):
+        controller = Fixed(window=1000, explore=0.0, probe=probe)
+        strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=controller)
+        model = _compiled(strategy)
+        before = _kernel_ps(model)
+        servers = tf_hetero.emulate(model, "base_ms=1;ps_mbps=50", strategy=strategy).servers
+        _fit_rounds(model, x, y, rounds)
+        totals = servers.totals()
+        assert totals["requests"] == [2 * N * rounds] * 2  # training's only
+        if not probe:
+            assert not seen and strategy.rebalancer.moves == [] and _kernel_ps(model) == before
+            continue
+        (probed, steps_per_round, pause_s), = seen
+        assert len(probed) == 2 and all(u > 0 and c >= 0 for u, c in probed)
+        assert steps_per_round == N and pause_s > 0  # the first trace's seconds
+        moves = strategy.rebalancer.moves
+        assert controller.expected and [m[:4] for m in moves] == [
+            (0, m.unit, m.src, m.dst) for m in controller.expected]
+        first_round = strategy.engine.rounds[0].t_open
+        assert all(t <= first_round for t in strategy.rebalancer.move_times)
+        by_name = {v.name: v for v in model.trainable_variables}
+        for m in controller.expected:  # with its slots and accumulator (the last move wins)
+            dst = [n.dst for n in controller.expected if n.unit == m.unit][-1]
+            variable = by_name[m.unit]
+            short = m.unit.split(":")[0]
+            slots = [v for v in _optimizer_variables(model.optimizer) if short in v.name]
+            accs = [a.acc[a.index_of(variable)] for a in strategy.coordinator.tracer.accumulators
+                    if a.covers([variable])]
+            assert slots and accs
+            assert {ps_index(v.device) for v in [variable, *slots, *accs]} == {dst}
+        _assert_equals_large_batch_sgd(model, x, y, rounds)
 
 
 def test_checkpoints_keep_the_placement_and_restore_across_a_move(cluster, tmp_path):
@@ -273,12 +337,7 @@ def test_scale_out_and_in_during_fit_moves_load_and_loses_nothing(cluster):
     kinds = [m[0] for m in strategy.rebalancer.moves]
     assert kinds and set(kinds) == {"scale"}
     assert [s["active"] for s in strategy.rebalancer.scalings] == [[0], [0, 1], [1]]
-    reference = _small_model()
-    reference.compile(_optimizers()["sgd_momentum"](), _loss())
-    xs, ys = x.reshape(rounds, N, B, 5), y.reshape(rounds, N, B)
-    for k in range(rounds):
-        reference.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
-    _assert_same_state(model, reference)
+    _assert_equals_large_batch_sgd(model, x, y, rounds)
 
 
 def test_scale_ps_errors_name_the_value_and_the_fix(cluster):

@@ -243,6 +243,8 @@ class Rebalancer:
             # second, the controller can separate per-request cost from per-byte rates).
             self._load_since()
         self.track()  # may restore a placement read before the optimizer was tracked
+        if submitted == 0 and not self.pending and self.scale_to is None:
+            entry = self._initial(fn, args, kwargs, entry)
         if self.pending or self.scale_to is not None:
             t0 = time.monotonic()
             if self.at_boundary():
@@ -263,6 +265,24 @@ class Rebalancer:
         if moved:
             return self.retrace(fn, args, kwargs, submitted)
         return entry
+
+    def _initial(self, fn, args, kwargs, entry):
+        """Decision 0 (:meth:`RebalanceController.initial`), before the first task: times
+        each emulated PS's service (``EmulatedServers.probe``, ~0.3 s) and makes the moves
+        it calls for; the step is traced again on the new placement (the workers have not
+        instantiated it yet). Nothing happens without emulated PS tasks (no service to
+        time: the first decision comes after the first window, on the controller's rates)
+        or with ``probe=False``."""
+        servers = self.monitor.ps_servers
+        if not self.controller.probe or servers is None:
+            return entry
+        probed = servers.probe()
+        units = self.units()
+        moves = self.controller.initial(
+            {k: (ps, load) for k, (ps, load, _) in units.items()}, probed,
+            steps_per_round=self.engine.num_workers, pause_s=getattr(entry, "trace_s", None))
+        self._make(moves, units, 0)
+        return self.retrace(fn, args, kwargs, 0) if moves else entry
 
     def retrace(self, fn, args, kwargs, submitted: int):
         """After a move: drops the functions traced on the old placement and traces the

@@ -11,6 +11,8 @@ accumulation, into per-worker buffers) instead of updating the variables.
 
 from __future__ import annotations
 
+import time
+
 import tensorflow as tf
 
 from tf_hetero.engine import EngineError
@@ -35,6 +37,7 @@ class StepEntry:
         # the middle of fit, TF removes them from every server with blocking RPCs (seen:
         # seconds of stall).
         self.keep = keep
+        self.trace_s: float | None = None  # seconds the trace took (set by StepTracer)
 
 
 class StepTracer:
@@ -57,10 +60,12 @@ class StepTracer:
         entry = self.entries.get(fn)
         if entry is not None:
             return entry
+        t0 = time.monotonic()
         if self.engine is None or not self.engine.rounds_mode:
             entry = self._probe_entry(fn, args, kwargs)
         else:
             entry = self._accumulating_entry(fn, args, kwargs)
+        entry.trace_s = time.monotonic() - t0  # what tracing it again costs (rebalancing)
         self.entries[fn] = entry
         return entry
 

@@ -112,38 +112,43 @@ class EmulatedServers:
                 factor *= tf.where(on, tf.constant(i.factor, tf.float64), 1.0)
         return factor
 
+    def _service(self, p: int, num_bytes, requested: tf.Tensor, counted: bool = True):
+        """Runs on PS ``p`` inside its critical section (one request at a time): sleeps the
+        service time of ``num_bytes``; returns ``(end, busy seconds)``. ``counted``: add to
+        the PS's counters (every step's request; a probe's is not)."""
+        from tf_hetero.emulation.device import sleep_op
+
+        with tf.device(self.devices[p]):
+            got = tf.timestamp()
+            us = tf.cast(tf.round(tf.cast(num_bytes, tf.float64) * self.us_per_byte[p]
+                                  * self._factor(p, got)), tf.int64)
+            slept = sleep_op(us)
+            with tf.control_dependencies([slept]):
+                done = tf.timestamp()
+            if not counted:
+                return done, done - got
+            with tf.control_dependencies([slept]):
+                busy = tf.cast((done - got) * 1e6, tf.int64)
+                # requested is an input of this body, so CriticalSection orders the lock
+                # after it: wait = queueing for the mutex, measured on one clock.
+                wait = tf.maximum(tf.cast((got - requested) * 1e6, tf.int64), 0)
+                update = self._counters[p].assign_add(
+                    tf.stack([tf.constant(int(num_bytes), tf.int64), busy, wait,
+                              tf.constant(1, tf.int64)]))
+            with tf.control_dependencies([update]):
+                return tf.identity(done), done - got
+
     def serve(self, p: int, num_bytes: int, after=()) -> tf.Tensor | None:
         """In a traced step: PS ``p`` serves ``num_bytes`` once ``after`` ran; returns the
         end of the service (wait it on the step's path). ``None`` if there is nothing to do."""
         if num_bytes <= 0 or not self.us_per_byte[p]:
             return None
-        device, counters = self.devices[p], self._counters[p]
 
         def request():
             requested = tf.timestamp()
-            with tf.device(device):
-                return self._sections[p].execute(lambda: service(requested))
-
-        def service(requested):
-            # Everything here runs on the PS, one request at a time (the mutex is the PS's).
-            with tf.device(device):
-                got = tf.timestamp()
-                us = tf.cast(tf.round(float(num_bytes) * self.us_per_byte[p]
-                                      * self._factor(p, got)), tf.int64)
-                from tf_hetero.emulation.device import sleep_op
-
-                slept = sleep_op(us)
-                with tf.control_dependencies([slept]):
-                    done = tf.timestamp()
-                    busy = tf.cast((done - got) * 1e6, tf.int64)
-                    # requested is an input of this body, so CriticalSection orders the
-                    # lock after it: wait = queueing for the mutex, measured on one clock.
-                    wait = tf.maximum(tf.cast((got - requested) * 1e6, tf.int64), 0)
-                    update = counters.assign_add(
-                        tf.stack([tf.constant(num_bytes, tf.int64), busy, wait,
-                                  tf.constant(1, tf.int64)]))
-                with tf.control_dependencies([update]):
-                    return tf.identity(done)
+            with tf.device(self.devices[p]):
+                return self._sections[p].execute(
+                    lambda: self._service(p, num_bytes, requested)[0])
 
         # The request is a function of its own. Its call op takes this PS's mutex and
         # counters, so tf.function's automatic control dependencies order it only with the
@@ -153,6 +158,41 @@ class EmulatedServers:
         # tasks would run one after the other (docs/TF_INTERNALS.md section 9).
         with tf.control_dependencies(list(after)):
             return tf.function(request)()
+
+    def probe(self, sizes: tuple[int, int] = (1024, 65536), repeats: int = 3) -> list[tuple]:
+        """Measures each PS's service: ``(seconds per byte, seconds per request)`` per PS
+        (``None`` for a PS the profile does not emulate), from requests of two ``sizes``
+        timed on the PS (the fastest of ``repeats`` at each size; the line through them).
+
+        Run eagerly from the chief between steps (a round boundary, or before the first
+        round): each request takes the PS's mutex like a step's, waits for nothing else and
+        is kept out of the counters, so the per-PS load telemetry counts training only.
+        Costs ``repeats x`` both sizes' service on every PS, one PS after the other (~0.3 s
+        with a 64 KB request on a 4 MB/s PS 3x slow). A PS under interference at that moment
+        looks slower: the controller's later windows measure again (docs/PSLD.md section 4).
+        """
+        small, large = sizes
+        if not 0 < small < large:
+            raise ValueError(f"EmulatedServers.probe(sizes={sizes!r}): need 0 < small < large.")
+        out = []
+        for p in range(self.num_ps):
+            if not self.us_per_byte[p]:
+                out.append(None)
+                continue
+
+            @tf.function
+            def timed(num_bytes, p=p):
+                with tf.device(self.devices[p]):
+                    return self._sections[p].execute(
+                        lambda: self._service(p, num_bytes, None, counted=False)[1])
+
+            best = {}
+            for size in (small, large) * repeats:
+                seconds = float(timed(tf.constant(size, tf.int64)).numpy())
+                best[size] = min(best.get(size, seconds), seconds)
+            per_byte = max((best[large] - best[small]) / (large - small), 0.0)
+            out.append((per_byte, max(best[small] - small * per_byte, 0.0)))
+        return out
 
     def serve_all(self, per_ps: list[int], after=()) -> list[tf.Tensor]:
         """Every PS serves its share of a step at once (requests in parallel, as a step's

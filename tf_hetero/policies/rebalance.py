@@ -9,6 +9,10 @@ moves the variable, its optimizer slots and its accumulators, and training conti
 
 The loop (after PSLD, Chen et al., SoCC 2020):
 
+0. **probe** (emulated PS tasks; ``probe=True``): before the first round the strategy times
+   each PS serving two request sizes, and :meth:`RebalanceController.initial` moves what
+   those rates call for at once, while a move costs only a re-trace (no worker has built
+   the step yet). The probed rates are the controller's ``rates`` from then on.
 1. **measure**: the first window's mean round time is the *baseline*.
 2. **explore / exploit**: propose moves. Exploit (default): from the PS with the highest
    load per service rate, the unit whose move minimizes the largest estimated load per rate
@@ -201,13 +205,16 @@ class RebalanceController:
         always propose (the controller of 2026-11-28 and before).
       explore_budget: most share of the measured training time spent on explorations'
         pauses (two per exploration: the move and its likely undo); 1.0: no limit.
+      probe: before the first round, let the strategy time each PS's service and make
+        decision 0 on it (:meth:`initial`); ``False``: the first decision comes after the
+        first window, on ``rates``.
     """
 
     def __init__(self, window: int = 8, min_gain: float = 0.05, explore: float = 0.1,
                  rates: Sequence[float] | None = None, retry_after: int = 10,
                  skip_first: int = 1, seed: int = 0, max_moves: int = 4,
                  first_window: int | None = None, payback_rounds: int | None = 50,
-                 explore_budget: float = 0.05):
+                 explore_budget: float = 0.05, probe: bool = True):
         if max_moves < 1:
             raise ValueError(f"RebalanceController(max_moves={max_moves}): need >= 1.")
         if window < 1 or not 0 <= skip_first < window:
@@ -227,6 +234,7 @@ class RebalanceController:
                              f"explore_budget={explore_budget}): need payback_rounds >= 1 "
                              "(or None: no pause check) and 0 <= explore_budget <= 1.")
         self.payback_rounds, self.explore_budget = payback_rounds, explore_budget
+        self.probe = bool(probe)
         self.window, self.min_gain, self.explore = window, min_gain, explore
         self.first_window = first_window
         self.retry_after, self.skip_first, self.max_moves = retry_after, skip_first, max_moves
@@ -262,6 +270,9 @@ class RebalanceController:
         self._fitted: tuple[float, ...] | None = None  # the last rates fit_rates gave
         #: One dict per :meth:`scale`: the decisions made before it, the active PS, moves.
         self.scalings: list[dict] = []
+        #: Decision 0 (:meth:`initial`): the probed service, the moves, saving and pause;
+        #: ``None`` until it ran (no probe: no emulated PS tasks, or ``probe=False``).
+        self.initial_decision: dict | None = None
 
     def bind(self, num_ps: int) -> None:
         """Called once the cluster is known."""
@@ -292,6 +303,85 @@ class RebalanceController:
         """
         kept = list(round_times)[self.skip_first:] or list(round_times)
         return sum(kept) / len(kept) if kept else None
+
+    def initial(self, units: Mapping[str, tuple[int, float]], probed: Sequence,
+                steps_per_round: int = 1, pause_s: float | None = None) -> list[Move]:
+        """Decision 0, before the first round: the moves that the PS service measured by a
+        probe calls for (``EmulatedServers.probe``: per PS, seconds per byte and seconds
+        per request, or ``None``).
+
+        Without it the first decision comes after a window on the creation placement and
+        assumes equal rates (one window cannot tell a PS's per-request cost from its
+        per-byte rate, :func:`fit_rates`): measured on the default problem with the
+        kernels' PS 3x slow, that decision moved half the load, a second one the rest, each
+        a pause of ~1.7-2.2 s (the step re-traced and instantiated again). Here the workers
+        have not instantiated the step yet, so moving costs only the re-trace (``pause_s``:
+        the first trace's seconds).
+
+        The probed rates become ``rates`` (used until windows with different loads let
+        :func:`fit_rates` measure them under load). Greedy moves are made while the largest
+        load per rate drops, all at once and not judged (the first window measures the
+        baseline of the new placement), if their saving pays ``pause_s`` back within
+        ``payback_rounds`` rounds: saving per round = ``steps_per_round`` x the drop of the
+        largest probed service time of one step on a PS (bytes x seconds per byte, plus two
+        requests if the PS holds anything).
+
+        >>> c = RebalanceController(); c.bind(2)
+        >>> units = {"k0": (1, 64000), "k1": (1, 64000), "b": (0, 800)}
+        >>> probed = [(0.25e-6, 1e-3), (0.75e-6, 1e-3)]         # PS 1 3x slower
+        >>> c.initial(units, probed, steps_per_round=4, pause_s=0.5)
+        [Move(unit='k0', src=1, dst=0), Move(unit='k1', src=1, dst=0), Move(unit='b', src=0, dst=1)]
+        >>> [round(r, 3) for r in c.rates], round(c.initial_decision["saving_s"], 3)
+        ([1.0, 0.333], 0.256)
+
+        Nothing worth a re-trace: the loaded PS is the fast one.
+
+        >>> c = RebalanceController(); c.bind(2)
+        >>> c.initial({"k0": (0, 64000), "b": (1, 800)}, probed, steps_per_round=4, pause_s=0.5)
+        []
+        """
+        entry = {"probed": [list(p) if p is not None else None for p in probed],
+                 "moves": [], "saving_s": 0.0, "pause_s": pause_s, "withheld": False}
+        self.initial_decision = entry
+        if (len(probed) != self.num_ps
+                or any(p is None or not p[0] > 0 for p in probed)):
+            entry["unusable"] = True  # a PS not emulated, or noise above the signal
+            return []
+        per_byte = [float(p[0]) for p in probed]
+        fastest = min(per_byte)
+        self.rates = tuple(fastest / u for u in per_byte)
+        entry["rates"] = list(self.rates)
+        units = dict(units)
+
+        def service(placement):  # the bottleneck PS's probed seconds per step
+            return max(load * u + (2 * p[1] if load > 0 else 0.0)
+                       for load, u, p in zip(self._loads(placement), per_byte, probed))
+
+        before = service(units)
+        moves = self._greedy(units, self.rates)
+        saving = max(0.0, before - service(units)) * steps_per_round
+        entry["saving_s"] = saving
+        if (moves and self.payback_rounds is not None and pause_s is not None
+                and saving * self.payback_rounds < pause_s):
+            entry["withheld"] = True
+            return []
+        entry["moves"] = [dataclasses.astuple(m) for m in moves]
+        return moves
+
+    def _greedy(self, units: dict, rates: Sequence[float]) -> list[Move]:
+        """Greedy moves (never random) while the estimate improves; ``units`` follows them."""
+        explore, self.explore = self.explore, 0.0
+        moves = []
+        try:
+            for _ in range(len(units)):
+                proposal = self.propose(units, rates)
+                if proposal is None:
+                    break
+                moves.append(proposal)
+                units[proposal.unit] = (proposal.dst, units[proposal.unit][1])
+        finally:
+            self.explore = explore
+        return moves
 
     def decide(self, units: Mapping[str, tuple[int, float]], round_times: Sequence[float],
                busy_s: Sequence[float] | None = None,
@@ -522,16 +612,7 @@ class RebalanceController:
             loads[dst] += load
             units[name] = (dst, load)
             moves.append(Move(name, ps, dst))
-        explore, self.explore = self.explore, 0.0  # scaling moves are greedy, never random
-        try:
-            for _ in range(len(units)):
-                proposal = self.propose(units, rates)
-                if proposal is None:
-                    break
-                moves.append(proposal)
-                units[proposal.unit] = (proposal.dst, units[proposal.unit][1])
-        finally:
-            self.explore = explore
+        moves += self._greedy(units, rates)  # scaling moves are greedy, never random
         # Kept apart from ``history`` (one entry per decision: decision k is history[k-1]).
         self.scalings.append({"after_decision": self.decisions, "active": list(active),
                               "moves": [dataclasses.astuple(m) for m in moves]})
@@ -541,7 +622,8 @@ class RebalanceController:
         """Figures for logs: decisions, moves kept and undone, the current baseline."""
         return {"rebalance_decisions": self.decisions, "rebalance_kept": self.kept,
                 "rebalance_undone": self.undone, "rebalance_withheld": self.withheld,
-                "rebalance_baseline_s": self.baseline, "rebalance_pause_s": self.pause_s}
+                "rebalance_baseline_s": self.baseline, "rebalance_pause_s": self.pause_s,
+                "rebalance_initial_moves": len((self.initial_decision or {}).get("moves", ()))}
 
     def __repr__(self):
         return (f"RebalanceController(window={self.window}, first_window={self.first_window}, "
