@@ -395,3 +395,26 @@ def test_an_unusable_probe_moves_nothing_and_keeps_the_rates():
     for probed in ([None, (0.75e-6, 1e-3)], [(0.0, 1e-3), (0.75e-6, 1e-3)], [_PROBED[0]]):
         assert c.initial(units, probed, 4, pause_s=0.5) == []
         assert c.initial_decision["unusable"] and c.rates == (1.0, 0.5)
+
+
+def test_quiet_decisions_grow_the_window_and_a_move_resets_it():
+    """Every decision waits for the rounds in flight; where nothing moves they come at half
+    the pace each time, up to max_window. A move brings the window back, so its trial is
+    judged after ``window`` rounds; ``max_window=None`` keeps every window the same."""
+    c = RebalanceController(window=4, explore=0.0, max_window=16)
+    c.bind(2)
+    even = {"a": (0, 100), "b": (1, 100)}
+    windows = []
+    for _ in range(5):
+        assert c.decide(even, [0.2] * 4) == []
+        windows.append(c.next_window())
+    assert windows == [4, 16, 16, 16, 16]
+    moves = c.decide({"a": (0, 300), "b": (0, 100), "c": (1, 100)}, [0.2] * 4)
+    assert moves and c.next_window() == 4
+    fixed = RebalanceController(window=4, explore=0.0, max_window=None)
+    fixed.bind(2)
+    for _ in range(5):
+        fixed.decide(even, [0.2] * 4)
+        assert fixed.next_window() == 4
+    with pytest.raises(ValueError, match=r"max_window=2, window=4.*need max_window >= window"):
+        RebalanceController(window=4, max_window=2)
