@@ -27,8 +27,10 @@ included); not meant to be called directly. On a cluster::
 
 from __future__ import annotations
 
+import functools
 import re
 
+import numpy as np
 import tensorflow as tf
 # Constructing the class directly bypasses variable creator scopes (VariableMetaclass only
 # runs them for tf.Variable itself), so a PS counter is never placed by the strategy's
@@ -165,33 +167,39 @@ class EmulatedServers:
         timed on the PS (the fastest of ``repeats`` at each size; the line through them).
 
         Run eagerly from the chief between steps (a round boundary, or before the first
-        round): each request takes the PS's mutex like a step's, waits for nothing else and
-        is kept out of the counters, so the per-PS load telemetry counts training only.
-        Costs ``repeats x`` both sizes' service on every PS, one PS after the other (~0.3 s
-        with a 64 KB request on a 4 MB/s PS 3x slow). A PS under interference at that moment
-        looks slower: the controller's later windows measure again (docs/PSLD.md section 4).
+        round): each request takes the PS's mutex like a step's and is kept out of the
+        counters, so the per-PS load telemetry counts training only. Every PS serves its
+        requests at once (one function; each PS's request a function of its own, as in
+        :meth:`serve`), so the probe costs ``repeats x`` both sizes' service on the slowest
+        PS (~0.2 s with a 64 KB request on a 4 MB/s PS 3x slow, ~0.1 s more the first time:
+        the trace). A PS under interference at that moment looks slower: the controller's
+        later windows measure again (docs/PSLD.md section 4).
         """
         small, large = sizes
         if not 0 < small < large:
             raise ValueError(f"EmulatedServers.probe(sizes={sizes!r}): need 0 < small < large.")
-        out = []
-        for p in range(self.num_ps):
-            if not self.us_per_byte[p]:
-                out.append(None)
-                continue
+        emulated = [p for p in range(self.num_ps) if self.us_per_byte[p]]
+        if not emulated:
+            return [None] * self.num_ps
 
-            @tf.function
-            def timed(num_bytes, p=p):
-                with tf.device(self.devices[p]):
-                    return self._sections[p].execute(
-                        lambda: self._service(p, num_bytes, None, counted=False)[1])
+        def request(p, num_bytes):
+            with tf.device(self.devices[p]):
+                return self._sections[p].execute(
+                    lambda: self._service(p, num_bytes, None, counted=False)[1])
 
-            best = {}
-            for size in (small, large) * repeats:
-                seconds = float(timed(tf.constant(size, tf.int64)).numpy())
-                best[size] = min(best.get(size, seconds), seconds)
-            per_byte = max((best[large] - best[small]) / (large - small), 0.0)
-            out.append((per_byte, max(best[small] - small * per_byte, 0.0)))
+        @tf.function
+        def timed(num_bytes):
+            return tf.stack([tf.function(functools.partial(request, p))(num_bytes)
+                             for p in emulated])
+
+        best = {}
+        for size in (small, large) * repeats:
+            seconds = timed(tf.constant(size, tf.int64)).numpy()
+            best[size] = np.minimum(best.get(size, seconds), seconds)
+        out = [None] * self.num_ps
+        for i, p in enumerate(emulated):
+            per_byte = max(float(best[large][i] - best[small][i]) / (large - small), 0.0)
+            out[p] = (per_byte, max(float(best[small][i]) - small * per_byte, 0.0))
         return out
 
     def serve_all(self, per_ps: list[int], after=()) -> list[tf.Tensor]:
