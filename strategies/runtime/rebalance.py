@@ -282,7 +282,13 @@ class Rebalancer:
             {k: (ps, load) for k, (ps, load, _) in units.items()}, probed,
             steps_per_round=self.engine.num_workers, pause_s=getattr(entry, "trace_s", None))
         self._make(moves, units, 0)
-        return self.retrace(fn, args, kwargs, 0) if moves else entry
+        if not moves:
+            return entry
+        rates = " : ".join(f"{r:.2f}" for r in self.controller.rates)
+        print(f"[tf-hetero] rebalance: PS service rates measured {rates}; moved {len(moves)} "
+              "variables before the first round (decision 0: "
+              "strategy.rebalancer.controller.initial_decision).", flush=True)
+        return self.retrace(fn, args, kwargs, 0)
 
     def retrace(self, fn, args, kwargs, submitted: int):
         """After a move: drops the functions traced on the old placement and traces the
