@@ -212,10 +212,9 @@ class RebalanceController:
         pauses (two per exploration: the move and its likely undo); 1.0: no limit.
       max_window: after each decision that moved nothing the next window is twice as long,
         up to this many rounds (never below ``window``; back to ``window`` after moves).
-        Each decision waits for the
-        rounds in flight (the strategy's tasks stop running ahead): measured ~0.1 s of a
-        fit per decision on ``slow_ps``, 51 decisions in a 400-round fit. ``None``: every
-        window is ``window`` rounds.
+        Each decision waits for the rounds in flight (the strategy's tasks stop running
+        ahead): measured ~0.1 s of a fit per decision on ``slow_ps``, 51 decisions in a
+        400-round fit. ``None``: every window is ``window`` rounds.
       probe: before the first round, let the strategy time each PS's service and make
         decision 0 on it (:meth:`initial`); ``False``: the first decision comes after the
         first window, on ``rates``.
@@ -358,7 +357,8 @@ class RebalanceController:
         >>> [round(r, 3) for r in c.rates], round(c.initial_decision["saving_s"], 3)
         ([1.0, 0.333], 0.256)
 
-        Nothing worth a re-trace: the loaded PS is the fast one.
+        Nothing to move: the loaded PS is the fast one (a move worth too little for the
+        re-trace is withheld: ``tests/test_rebalance.py``).
 
         >>> c = RebalanceController(); c.bind(2)
         >>> c.initial({"k0": (0, 64000), "b": (1, 800)}, probed, steps_per_round=4, pause_s=0.5)
