@@ -199,9 +199,9 @@ def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_roun
             seen.append((list(probed), steps_per_round, pause_s))
             heavy = max(range(2), key=lambda p: sum(l for q, l in units.values() if q == p))
             fixed = [(0.75e-6 if p == heavy else 0.25e-6, 0.0) for p in range(2)]
-            self.expected = RebalanceController(explore=0.0)
-            self.expected.bind(2)
-            self.expected = self.expected.initial(units, fixed, steps_per_round)
+            reference = RebalanceController(explore=0.0)  # the moves the fit must make
+            reference.bind(2)
+            self.expected = reference.initial(units, fixed, steps_per_round)
             return super().initial(units, fixed, steps_per_round, pause_s=None)
 
     rounds = 4

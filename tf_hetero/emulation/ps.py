@@ -129,14 +129,13 @@ class EmulatedServers:
                 done = tf.timestamp()
             if not counted:
                 return done, done - got
-            with tf.control_dependencies([slept]):
-                busy = tf.cast((done - got) * 1e6, tf.int64)
-                # requested is an input of this body, so CriticalSection orders the lock
-                # after it: wait = queueing for the mutex, measured on one clock.
-                wait = tf.maximum(tf.cast((got - requested) * 1e6, tf.int64), 0)
-                update = self._counters[p].assign_add(
-                    tf.stack([tf.constant(int(num_bytes), tf.int64), busy, wait,
-                              tf.constant(1, tf.int64)]))
+            busy = tf.cast((done - got) * 1e6, tf.int64)  # done is after the sleep
+            # requested is an input of this body, so CriticalSection orders the lock after
+            # it: wait = queueing for the mutex, measured on one clock.
+            wait = tf.maximum(tf.cast((got - requested) * 1e6, tf.int64), 0)
+            update = self._counters[p].assign_add(
+                tf.stack([tf.constant(int(num_bytes), tf.int64), busy, wait,
+                          tf.constant(1, tf.int64)]))
             with tf.control_dependencies([update]):
                 return tf.identity(done), done - got
 
