@@ -32,7 +32,8 @@ PURE = [
 #: Modules whose examples need TensorFlow (imported, no cluster).
 WITH_TF = ["tf_hetero", "tf_hetero.strategies.presets", "tf_hetero.strategies.runtime.fitplan",
            "tf_hetero.strategies.runtime.accumulate", "tf_hetero.strategies.runtime.quantize",
-           "tf_hetero.emulation.ps", "tf_hetero.tools.bench", "tf_hetero.data"]
+           "tf_hetero.emulation.ps", "tf_hetero.tools.bench", "tf_hetero.data",
+           "tf_hetero.strategies.runtime.closures"]
 
 
 @pytest.mark.parametrize("name", PURE + WITH_TF)

@@ -93,6 +93,7 @@ class _Coordinator:
                                       entry=lambda fn, args, kwargs: "retraced")
         self.dispatcher = SimpleNamespace(_apply_fns={}, _drain_fns={},
                                           _apply_lock=threading.Lock())
+        self.closures = SimpleNamespace(clear=lambda: None)  # copies of closures (none here)
 
 
 def _bsp_engine(workers=2):

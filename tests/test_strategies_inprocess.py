@@ -142,6 +142,35 @@ def test_bsp_applies_every_task_exactly_once_with_a_slow_worker(cluster):
     assert strategy.monitor.summary()["dropped_tasks"] == 0
 
 
+def test_a_fit_builds_its_step_closure_once_and_copies_it_for_every_other_task(cluster,
+                                                                              monkeypatch):
+    """Every task of a fit runs the same step on the same argument objects: its closure is
+    built once (tracing cache lookup, output signature) and copied for the others
+    (runtime/closures.py). The copies train: every task applied once, none lost."""
+    from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+    import tf_hetero
+
+    built = []
+    init = cc.Closure.__init__
+
+    def counting_init(self, function, *args, **kwargs):
+        built.append(function)
+        init(self, function, *args, **kwargs)
+
+    monkeypatch.setattr(cc.Closure, "__init__", counting_init)
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    _fit_with_profile(cluster, strategy, "base_ms=5", steps=18, epochs=2)
+    steps = [e.accumulate_fn for e in strategy.coordinator.tracer.entries.values()
+             if e.is_train]
+    assert len(steps) == 1
+    # The closure the trace keeps, and one per epoch (each epoch's iterator is a new object
+    # only if Keras makes one): never one per task.
+    assert 1 <= built.count(steps[0]) <= 3, built.count(steps[0])
+    _assert_every_task_applied_once_or_dropped(strategy.engine, 36)
+    assert all(r.applied == N for r in strategy.engine.rounds)
+
+
 def test_backup_workers_apply_first_tasks_and_drop_the_late_one(cluster):
     import tf_hetero
 

@@ -26,6 +26,7 @@ from tf_hetero.strategies.runtime import fitplan, watchdog, workers
 from tf_hetero.strategies.runtime.divergence import LossWatch
 from tf_hetero.strategies.runtime.accumulate import NO_ROUND, patch_lock
 from tf_hetero.strategies.runtime.applier import ChiefApplier
+from tf_hetero.strategies.runtime.closures import ClosureCache
 from tf_hetero.strategies.runtime.dispatcher import ClosureDispatcher
 from tf_hetero.strategies.runtime.errors import ParameterServerError, translate, translated
 from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag
@@ -46,6 +47,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.monitor = strategy.monitor
         self.engine: RoundEngine | None = None
         self._code_tensors: dict[int, tf.Tensor] = {}
+        self.closures = ClosureCache()  # closures of a function on the same arguments: copies
         if self.config.uses_engine:
             self.engine = RoundEngine(
                 strategy.extended._num_workers, self.config.sync, self.config.assign,  # pylint: disable=protected-access
@@ -150,17 +152,24 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         return self.engine.generation if self.engine is not None else self._async_errors
 
     def closure(self, fn, args, kwargs):
-        """A TF closure of ``fn`` (traced now, under the strategy, as ``schedule`` would)."""
+        """A TF closure of ``fn`` (traced now, under the strategy, as ``schedule`` would), or
+        a copy of the last one built for ``fn`` on the same argument objects
+        (:mod:`~tf_hetero.strategies.runtime.closures`)."""
+        manager = self._cluster.closure_queue._cancellation_mgr  # pylint: disable=protected-access
+        copied = self.closures.copy_of(fn, args, kwargs, manager)
+        if copied is not None:
+            return copied
         with self.strategy.scope():
             # The flag is shared by every thread: set under the lock that :meth:`trace` (run
             # from another thread after a rebalancing move) holds too.
             with patch_lock:
                 self.strategy.extended._being_scheduled = True  # pylint: disable=protected-access
                 try:
-                    return cc.Closure(fn, self._cluster.closure_queue._cancellation_mgr,  # pylint: disable=protected-access
-                                      args=args, kwargs=kwargs)
+                    closure = cc.Closure(fn, manager, args=args, kwargs=kwargs)
                 finally:
                     self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
+        self.closures.keep(fn, args, kwargs, manager, closure)
+        return closure
 
     def trace(self, fn, args) -> None:
         """Traces the ``tf.function`` ``fn`` for ``args`` to run on the chief (an apply), under

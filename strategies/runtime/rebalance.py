@@ -522,6 +522,7 @@ class Rebalancer:
             self._keep.append((dict(tracer.entries), dict(dispatcher._apply_fns),  # pylint: disable=protected-access
                                dict(dispatcher._drain_fns)))  # pylint: disable=protected-access
             tracer.entries.clear()
+            self.coordinator.closures.clear()  # copies would run the old traces
             dispatcher._apply_fns.clear()  # pylint: disable=protected-access
             dispatcher._drain_fns.clear()  # pylint: disable=protected-access
         return keys
