@@ -1,0 +1,19 @@
+import sys
+from tf_hetero.strategies import registry
+from tf_hetero.tools import cli
+
+class NoCache:
+    def copy_of(self, *a): return None
+    def keep(self, *a): pass
+    def clear(self): pass
+
+for name in ("hps", "bsp"):
+    e = registry.entry(name)
+    def create(resolver, arg, _e=e, **o):
+        s = _e.create(resolver, arg, **o)
+        s.coordinator.closures = NoCache()
+        return s
+    registry.register(name + "stock", create=create, default_arg=e.default_arg, arg=e.arg_meaning,
+                      updates=e.micro_batches_per_update, help=f"{name} building every closure the stock way (A/B)",
+                      sized=e.sized, config=e.config)
+sys.exit(cli.main(sys.argv[1:]))
