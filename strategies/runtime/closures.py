@@ -7,11 +7,12 @@ cache (argument specs canonicalised and hashed), converts its outputs to a signa
 checks the arguments for remote values: measured with ``py-spy --gil`` on the chief of a
 4-worker H-PS bench, building closures was 54% of the time the fit thread held the GIL
 (docs/MEASUREMENT.md, "What a task pays beyond its device time"), and the worker threads
-that launch a round's tasks and the thread that applies it wait for the GIL. A closure built for the same function on the same
-argument objects is the same closure but for its output and its tag: a shallow copy of it,
-made before either was set, is one, as long as the queue's cancellation manager is the one
-it was built with: TF replaces the manager when it cancels every closure after a failure,
-and a closure's function is bound to its manager, so the manager is part of the key.
+that launch a round's tasks and the thread that applies it wait for the GIL. A closure
+built for the same function on the same argument objects is the same closure but for its
+output and its tag: a shallow copy of it, made before either was set, is one, as long as
+the queue's cancellation manager is the one it was built with: TF replaces the manager when
+it cancels every closure after a failure, and a closure's function is bound to its
+manager, so the manager is part of the key.
 
 Only arguments whose identity fixes the trace are trusted: tensors (traced by dtype and
 shape) and per-worker values (iterators, per-worker resources). Anything else (Python

@@ -1,3 +1,6 @@
+"""A/B of runtime/closures.py: registers `hpsstock` and `bspstock` (H-PS and BSP with a
+closure cache that never copies, so every closure is built the stock way) in this process,
+then runs the tf-hetero command line with the arguments given (README beside this file)."""
 import sys
 from tf_hetero.strategies import registry
 from tf_hetero.tools import cli
