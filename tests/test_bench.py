@@ -49,6 +49,9 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
         assert r["tasks"] == (20 if r["strategy"] == "hps8" else 40) and r["repeats"] == 2
         assert 0 < r["efficiency"] <= 1.0  # one clock (fit() to the last apply) for every row
         assert 0 < r["setup_s"] < r["span_s"] and r["eval_failures"] == 0
+        cpu = r["cpu_s_per_1000_samples"]  # every process of the cluster spent CPU on it
+        assert all(cpu[k] > 0 for k in ("chief", "worker", "ps")), (r["strategy"], cpu)
+        assert 0 < r["machine_busy"] <= 1
         spread = r["spread"]["samples_per_sec"]
         assert spread["min"] <= r["samples_per_sec"] <= spread["max"]
     assert rows["bsp"]["rounds"] == 10 and rows["bsp"]["dropped_tasks"] == 0

@@ -33,6 +33,9 @@ samples/s, with ``spread``; every run is in ``runs``):
   variable reads), per sample computed, the same way for every row; ``ps_bytes`` per PS and
   ``ps_load_max_over_mean`` (:mod:`tf_hetero.telemetry.traffic`; where it cannot measure,
   the same figure of ``ps_step_bytes``);
+- ``cpu_s_per_1000_samples`` (chief, worker, ps, total): CPU seconds the processes spent
+  over the row's fit per 1000 samples computed, and ``machine_busy``, the busy share of all
+  cores (:mod:`tf_hetero.telemetry.cpu`; process-mode clusters on Linux);
 - per-PS load (:mod:`tf_hetero.telemetry.psload`): ``ps_step_bytes`` (bytes one step reads
   from and pushes to each PS, from where the variables are) and
   ``ps_placement_max_over_mean``; with emulated PS tasks (profile ``ps_mbps``), measured on
@@ -302,7 +305,8 @@ def _end_row(strategy, model, task_logs) -> None:
 
 
 def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
-                 lr_factor: float = 1.0, meter=None, seed: int | None = None) -> dict:
+                 lr_factor: float = 1.0, meter=None, seed: int | None = None,
+                 cpu_meter=None) -> dict:
     """Trains once under ``spec`` at ``lr_factor`` x the linear rule and measures it, from
     ``seed`` (model initialisation and data order; default ``cfg.seed``)."""
     seed = cfg.seed if seed is None else seed
@@ -356,6 +360,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
           f"lr {peak_lr:g}{f' (warm-up {ramp} updates)' if ramp > 1 else ''}", flush=True)
     traffic_before = meter.snapshot() if meter is not None else None
+    cpu_before = cpu_meter.snapshot() if cpu_meter is not None else None
     served_before = servers.totals() if servers is not None else None
     t0 = time.perf_counter()
     sampler.start(t0)
@@ -377,6 +382,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     fit_wall = time.perf_counter() - t0
     # fit() returns after the last apply: the row's traffic, read before anything else runs.
     traffic = meter.since(traffic_before) if meter is not None else None
+    cpu = cpu_meter.since(cpu_before) if cpu_meter is not None else None
     served = (psload.served_figures(served_before, servers.totals())
               if servers is not None else None)
     sampler.stop()
@@ -446,6 +452,9 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         **measured,
         **ps_figures,
         # For reference: one gradient (= the trainable variables), bytes per sample.
+        # CPU seconds per 1000 samples computed, per role, and the machine's busy share
+        # over the fit (telemetry/cpu.py; None for an in-process cluster).
+        **cpu_figures(cpu, computed),
         "gradient_bytes_per_sample": sum(v.shape.num_elements() * v.dtype.size
                                          for v in model.trainable_variables) / cfg.batch_size,
         "rounds": rounds,
@@ -473,6 +482,22 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
 
 #: Figures reported as median [min-max] over repeats.
 SPREAD_KEYS = ("samples_per_sec", "efficiency", "time_to_target_s", "final_accuracy")
+
+
+def cpu_figures(cpu: dict | None, samples: int) -> dict:
+    """The bench's CPU keys from a :meth:`~tf_hetero.telemetry.cpu.CpuMeter.since` result.
+
+    >>> cpu_figures({"cpu_s": {"chief": 1.0, "worker": 2.0, "ps": 1.0}, "machine_busy": 0.5},
+    ...             2000)
+    {'cpu_s_per_1000_samples': {'chief': 0.5, 'worker': 1.0, 'ps': 0.5, 'total': 2.0}, 'machine_busy': 0.5}
+    >>> cpu_figures(None, 2000)["cpu_s_per_1000_samples"] is None
+    True
+    """
+    if cpu is None or not samples:
+        return {"cpu_s_per_1000_samples": None, "machine_busy": None}
+    per = {role: 1000 * s / samples for role, s in cpu["cpu_s"].items()}
+    per["total"] = sum(per.values())
+    return {"cpu_s_per_1000_samples": per, "machine_busy": cpu["machine_busy"]}
 
 
 def summarize(runs: list[dict], strategies, num_classes: int = 10) -> list[dict]:
@@ -577,6 +602,18 @@ def format_table(results: list[dict], cfg: BenchConfig, ideal: float) -> str:
             b = r["round_breakdown_ms"]
             lines.append(f"| {r['strategy']} | " + " | ".join(f"{b[p]:.0f}" for p in parts)
                          + f" | {sum(b[p] for p in parts if b[p] == b[p]):.0f} |")
+    rows = [r for r in results if r.get("cpu_s_per_1000_samples")]
+    if rows:
+        lines += ["", "CPU seconds per 1000 samples computed, by process, and the machine's "
+                      "busy share over the fit (the chief's includes the accuracy "
+                      "evaluations; docs/MEASUREMENT.md)", "",
+                  "| strategy | chief | workers | PS | total | machine busy |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            c = r["cpu_s_per_1000_samples"]
+            busy = f"{r['machine_busy']:.0%}" if r.get("machine_busy") is not None else ""
+            lines.append(f"| {r['strategy']} | {c['chief']:.2f} | {c['worker']:.2f} | "
+                         f"{c['ps']:.2f} | {c['total']:.2f} | {busy} |")
     return "\n".join(lines)
 
 
@@ -737,11 +774,13 @@ def run_bench(cfg: BenchConfig, failures: dict | None = None) -> list[dict]:
     os.makedirs(cfg.out_dir, exist_ok=True)
     print(f"[tf-hetero bench] {', '.join(cfg.strategies)} on {cfg.workers} workers / {cfg.ps} PS, "
           f"profile {profile.spec()}", flush=True)
+    from tf_hetero.telemetry.cpu import CpuMeter
     from tf_hetero.telemetry.traffic import TrafficMeter
 
     runs, failed = [], {}
     with LocalCluster(cfg.workers, cfg.ps, profile=profile, processes=True) as cluster:
         meter = TrafficMeter.for_cluster(cluster)
+        cpu_meter = CpuMeter.for_cluster(cluster)
         warm_up(cluster, cfg, profile)
         for rep in range(cfg.repeats):
             # A shuffled order per repeat: no row always runs first on a fresh cluster, or
@@ -765,7 +804,7 @@ def run_bench(cfg: BenchConfig, failures: dict | None = None) -> list[dict]:
                         # repeats differ, so their range covers the seed's luck too (one
                         # seed: BSP's final accuracy was the same to 4 digits in 3 runs).
                         run = run_strategy(spec, cluster, cfg, profile, factor, meter,
-                                           seed=cfg.seed + rep)
+                                           seed=cfg.seed + rep, cpu_meter=cpu_meter)
                     except Exception as e:  # pylint: disable=broad-except
                         # One broken row must not lose the others' measurements.
                         first = str(e).strip().splitlines()[-1] if str(e).strip() else ""
