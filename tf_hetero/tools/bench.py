@@ -451,10 +451,10 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
         "stopped": stopped,
         **measured,
         **ps_figures,
-        # For reference: one gradient (= the trainable variables), bytes per sample.
         # CPU seconds per 1000 samples computed, per role, and the machine's busy share
         # over the fit (telemetry/cpu.py; None for an in-process cluster).
         **cpu_figures(cpu, computed),
+        # For reference: one gradient (= the trainable variables), bytes per sample.
         "gradient_bytes_per_sample": sum(v.shape.num_elements() * v.dtype.size
                                          for v in model.trainable_variables) / cfg.batch_size,
         "rounds": rounds,
@@ -487,9 +487,10 @@ SPREAD_KEYS = ("samples_per_sec", "efficiency", "time_to_target_s", "final_accur
 def cpu_figures(cpu: dict | None, samples: int) -> dict:
     """The bench's CPU keys from a :meth:`~tf_hetero.telemetry.cpu.CpuMeter.since` result.
 
-    >>> cpu_figures({"cpu_s": {"chief": 1.0, "worker": 2.0, "ps": 1.0}, "machine_busy": 0.5},
-    ...             2000)
-    {'cpu_s_per_1000_samples': {'chief': 0.5, 'worker': 1.0, 'ps': 0.5, 'total': 2.0}, 'machine_busy': 0.5}
+    >>> got = cpu_figures({"cpu_s": {"chief": 1.0, "worker": 2.0, "ps": 1.0},
+    ...                    "machine_busy": 0.5}, 2000)
+    >>> got["cpu_s_per_1000_samples"], got["machine_busy"]
+    ({'chief': 0.5, 'worker': 1.0, 'ps': 0.5, 'total': 2.0}, 0.5)
     >>> cpu_figures(None, 2000)["cpu_s_per_1000_samples"] is None
     True
     """
