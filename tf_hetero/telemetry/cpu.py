@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from tf_hetero.telemetry.traffic import process_roles
+
 __all__ = ["CpuMeter", "process_ticks", "machine_ticks", "busy_fraction"]
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -71,9 +73,7 @@ class CpuMeter:
         if why:
             print(f"[tf-hetero] CPU time not measured: {why}.", flush=True)
             return None
-        roles = {pid: role for (role, _), pid in cluster.role_pids().items()}
-        roles[os.getpid()] = "chief"
-        return cls(roles)
+        return cls({pid: role for pid, (role, _) in process_roles(cluster).items()})
 
     def snapshot(self) -> dict:
         """``{"ticks": {pid: ticks}, "machine": (busy, idle)}`` now (a process that ended

@@ -40,7 +40,16 @@ import re
 import shutil
 import subprocess
 
-__all__ = ["Traffic", "TrafficMeter", "parse_ss", "pair_bytes"]
+__all__ = ["Traffic", "TrafficMeter", "parse_ss", "pair_bytes", "process_roles"]
+
+
+def process_roles(cluster) -> dict:
+    """``{pid: (role, index)}`` of a process-mode local cluster's servers and of this
+    process, its chief (``("chief", 0)``): the processes a bench meter reads."""
+    roles = {pid: key for key, pid in cluster.role_pids().items()}
+    roles[os.getpid()] = ("chief", 0)  # the meters live in the chief (the bench)
+    return roles
+
 
 # With a state filter ss leaves the state column out.
 _HEAD = re.compile(r"^(?:[A-Z][A-Z0-9-]*\s+)?\d+\s+\d+\s+(\S+)\s+(\S+)\s+.*pid=(\d+)")
@@ -144,9 +153,7 @@ class TrafficMeter:
         if why:
             print(f"[tf-hetero] traffic not measured: {why}.", flush=True)
             return None
-        roles = {pid: key for key, pid in cluster.role_pids().items()}
-        roles[os.getpid()] = ("chief", 0)  # the meter lives in the chief (the bench)
-        return cls(roles, cluster.num_ps)
+        return cls(process_roles(cluster), cluster.num_ps)
 
     def snapshot(self) -> dict:
         text = subprocess.run(["ss", "-tinpH", "state", "established"], capture_output=True,
