@@ -189,18 +189,32 @@ class _AccuracySampler:
 
 
 def split_row(spec: str) -> tuple[str, str | None, bool]:
-    """``NAME[@PLACEMENT][+rebalance]`` -> ``(NAME, PLACEMENT or None, rebalance)``.
+    """``NAME[@PLACEMENT][+rebalance][#COPY]`` -> ``(NAME, PLACEMENT or None, rebalance)``.
+
+    ``#COPY`` (a number) makes another row of the same settings: ``hps,hps#2`` runs H-PS
+    twice side by side, a control row whose spread says how large a difference between
+    rows of one run is noise (docs/MEASUREMENT.md).
 
     >>> split_row("hps8@balanced"), split_row("pss"), split_row("bsp+rebalance")
     (('hps8', 'balanced', False), ('pss', None, False), ('bsp', None, True))
+    >>> split_row("hps#2"), split_row("bsp@balanced+rebalance#3")
+    (('hps', None, False), ('bsp', 'balanced', True))
     >>> split_row("bsp+fast")
     Traceback (most recent call last):
     ...
     ValueError: bench row 'bsp+fast': suffix '+fast' is unknown. Fix: NAME+rebalance or NAME@balanced+rebalance.
+    >>> split_row("hps#b")
+    Traceback (most recent call last):
+    ...
+    ValueError: bench row 'hps#b': copy 'b' is not a number. Fix: NAME#2 for a second row of NAME.
     """
     from tf_hetero.placement import PLACEMENTS
 
-    head, plus, suffix = spec.partition("+")
+    settings, hash_, copy = spec.partition("#")
+    if hash_ and not copy.isdigit():
+        raise ValueError(f"bench row {spec!r}: copy {copy!r} is not a number. Fix: NAME#2 for "
+                         "a second row of NAME.")
+    head, plus, suffix = settings.partition("+")
     if plus and suffix != "rebalance":
         raise ValueError(f"bench row {spec!r}: suffix '+{suffix}' is unknown. Fix: "
                          "NAME+rebalance or NAME@balanced+rebalance.")

@@ -315,7 +315,8 @@ def _parser() -> argparse.ArgumentParser:
                            parents=[common])
     bench.add_argument("--strategies", default="pss,asp,bsp,backup,ssp",
                        help="comma-separated (pss is always run); NAME@balanced: load-aware "
-                       "placement; NAME+rebalance: live rebalancing across PS tasks; " + strategy_help)
+                       "placement; NAME+rebalance: live rebalancing across PS tasks; NAME#2: a second "
+                       "row of the same settings (a control); " + strategy_help)
     bench.add_argument("--workers", type=int, default=4)
     bench.add_argument("--ps", type=int, default=2)
     bench.add_argument("--profile", default="slow=3:4")
