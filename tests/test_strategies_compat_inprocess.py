@@ -101,8 +101,10 @@ def case_tensors(strategy, tmp_path):
         model = keras.Sequential([keras.Input((small.FEATURES,)), norm,
                                   keras.layers.Dense(small.CLASSES)])
         model.compile(keras.optimizers.SGD(0.1), small.loss())
-    model.fit(x, y, batch_size=B, epochs=1, steps_per_epoch=2 * N, verbose=0)
-    ds = without_autotune(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(B))
+    # Batches of two granules (a sized strategy's granularity is 8): each worker's data is
+    # re-batched, which a Dataset given whole goes through TF's auto-shard with (granules.py).
+    model.fit(x, y, batch_size=2 * B, epochs=1, steps_per_epoch=2 * N, verbose=0)
+    ds = without_autotune(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(2 * B))
     model.fit(ds, epochs=1, steps_per_epoch=2 * N, verbose=0)
     assert np.isfinite(model.evaluate(x, y, batch_size=B, steps=2, verbose=0))
     assert int(model.optimizer.iterations.numpy()) >= 2

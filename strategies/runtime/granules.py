@@ -54,7 +54,16 @@ def granulate(dataset: tf.data.Dataset, granule: int, who: str) -> tuple[tf.data
     if batch % granule:
         raise ValueError(f"{who}: the dataset's batch size {batch} is not a multiple of "
                          f"granularity={granule}. Fix: pass granularity= a divisor of {batch}.")
-    return dataset.rebatch(granule, drop_remainder=True), batch
+    granules = dataset.rebatch(granule, drop_remainder=True)
+    # A dataset given to fit() whole (not by a DatasetCreator) goes through TF's auto-shard
+    # even though ParameterServerStrategy makes one shard of it, and that graph rewrite turns
+    # a RebatchDatasetV2 into the legacy rebatch by replicas (one per worker): the workers
+    # then read whole batches where the element spec says granules, and a sized task failed
+    # with "The given optional does not match the expected shape" (docs/TF_INTERNALS.md).
+    # With one shard there is nothing to shard, so auto-shard is turned off here.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return granules.with_options(options), batch
 
 
 def is_iterator(value) -> bool:
