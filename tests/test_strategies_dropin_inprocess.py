@@ -159,6 +159,33 @@ def test_fit_after_a_failed_fit_trains_normally(cluster, name):
     assert sum(t.applied for t in strategy.monitor.tasks[failed:]) >= 1
 
 
+@pytest.mark.parametrize("name", ["hps", "asp"])
+def test_a_fit_whose_data_runs_out_says_so_and_the_next_fit_trains(cluster, name):
+    """A finite dataset shorter than ``steps_per_epoch``: Keras catches the end of the data at
+    ``join`` and then fetches the last step's logs, a step TF cancelled; stock TF raises a
+    bare ``CancelledError`` there. The fit must end with an error that says the data ran out
+    and what to do, and the strategy must train the next fit."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = (tf_hetero.ASPStrategy(cluster.resolver) if name == "asp"
+                else _strategy(name, cluster))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4 * B, small.FEATURES)).astype("float32")
+    y = rng.integers(0, small.CLASSES, len(x))
+    finite = small.without_autotune(tf.data.Dataset.from_tensor_slices((x, y)).batch(B))
+    with strategy.scope():
+        model = small.model(1)
+        model.compile(keras.optimizers.SGD(0.1), small.loss())
+    with pytest.raises(tf.errors.OutOfRangeError, match="training data ran out.*Fix: end the "
+                                                       r"dataset with \.repeat\(\)"):
+        _in_thread(lambda: model.fit(finite, epochs=1, steps_per_epoch=40 * N, verbose=0))
+    model = _in_thread(lambda: _fit(strategy, model_seed=2))
+    assert int(model.optimizer.iterations.numpy()) >= 1
+
+
 @pytest.mark.parametrize("name", ["bsp", "asp"])
 def test_a_closure_of_a_failed_fit_that_fails_after_the_user_got_the_error_is_dropped(cluster,
                                                                                       name):

@@ -61,6 +61,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.applier = ChiefApplier(self)
         self.dispatcher = ClosureDispatcher(self, self.tracer)
         self._async_errors = 0  # errors that reached the user, without an engine (ASP)
+        #: The fit (:attr:`errors_reached_user`) whose error to the user was the end of the data.
+        self._ran_out_in = None
         # Every training step's loss: a diverging or collapsed fit stops (runtime/divergence.py).
         self.losses = LossWatch(self, applied_on_worker=(
             self.engine is None or not self.engine.rounds_mode))
@@ -92,7 +94,12 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             set_tag(closure, ClosureTag(ClosureKind.ASYNC, fit=self.errors_reached_user))
             remote_value = closure.build_output_remote_value()
             self.losses.keep(closure, remote_value)
-            translated(self._cluster.closure_queue.put, closure)
+            self._wrap_fetch(remote_value)
+            try:
+                translated(self._cluster.closure_queue.put, closure)  # raises the queue's error
+            except Exception as e:
+                self._reached_user(e)
+                raise
             return remote_value
         self.dispatcher.last_accumulators = entry.accumulators
         if self.engine.rounds_mode:
@@ -103,11 +110,11 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         closure = self.dispatcher.task_closure(source)
         remote_value = closure.build_output_remote_value()
         self.losses.keep(closure, remote_value)
-        self._make_fetch_start_rounds(remote_value)
+        self._wrap_fetch(remote_value)
         try:
             self.engine.submit(closure)  # dispatch() attaches the engine's Task to the closure
         except Exception as e:  # pylint: disable=broad-except
-            self._error_reached_user()
+            self._reached_user(e)
             raise translate(e) from e
         if self.config.tick_s:
             watchdog.ensure_ticker(self, self.config.tick_s)
@@ -124,8 +131,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             if self.engine is not None:
                 self.engine.raise_if_error()
             translated(super().join)
-        except Exception:
-            self._error_reached_user()
+        except Exception as e:
+            self._reached_user(e)
             raise
 
     def done(self):
@@ -138,8 +145,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                 if not self.engine.idle():
                     return False
             return translated(super().done)
-        except Exception:
-            self._error_reached_user()
+        except Exception as e:
+            self._reached_user(e)
             raise
 
     # ------------------------------------------------------- for the runtime
@@ -193,26 +200,46 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         return t
 
     # --------------------------------------------------------------- internals
-    def _make_fetch_start_rounds(self, remote_value) -> None:
+    def _wrap_fetch(self, remote_value) -> None:
         """``fetch()``/``get()`` of a step's result first lets its round start (a round waits
         for enough steps, which a custom loop that fetches each step never schedules), then
-        waits with the stall bound instead of forever."""
+        waits with the stall bound instead of forever (ASP: TF's wait).
+
+        A step that TF cancelled because the data ran out raises an ``OutOfRangeError`` that
+        says so: Keras' ``fit`` catches the end of the data at ``join`` ("Your input ran out
+        of data; interrupting training") and then fetches the last step's logs, which stock
+        TF fails with a bare ``CancelledError``."""
         original = remote_value._wait_and_maybe_error  # pylint: disable=protected-access
         ready = remote_value._status_available_event  # pylint: disable=protected-access
         coordinator = weakref.ref(self)
+        fit = self.errors_reached_user
 
         def wait_and_maybe_error():
             this = coordinator()
-            if this is not None and not ready.is_set():
+            if this is not None and this.engine is not None and not ready.is_set():
                 this.engine.flush()
                 try:
                     watchdog.wait_bounded(this, lambda: ready.wait(1.0))
                 except Exception:
                     this._error_reached_user()  # pylint: disable=protected-access
                     raise
-            original()
+            del this
+            try:
+                original()
+            except tf.errors.CancelledError as e:
+                this = coordinator()
+                if this is None or this._ran_out_in != fit:  # pylint: disable=protected-access
+                    raise
+                raise tf.errors.OutOfRangeError(None, None, RAN_OUT) from e
 
         remote_value._wait_and_maybe_error = wait_and_maybe_error  # pylint: disable=protected-access
+
+    def _reached_user(self, error: BaseException) -> None:
+        """``error`` is being raised to the user: remembers whether it was the end of the
+        data (:meth:`_wrap_fetch`), then :meth:`_error_reached_user`."""
+        if isinstance(error, tf.errors.OutOfRangeError):
+            self._ran_out_in = self.errors_reached_user
+        self._error_reached_user()
 
     def _error_reached_user(self) -> None:
         """An error was raised to the user: like TF's ``join``, forget it (and what it left
@@ -227,6 +254,13 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             if queue._error is not None:  # pylint: disable=protected-access
                 queue._cancel_all_closures()  # pylint: disable=protected-access
                 queue._error = None  # pylint: disable=protected-access
+
+
+RAN_OUT = ("tf-hetero: this step did not run: the training data ran out before it (a "
+           "worker's dataset ended, and TF cancelled the steps queued after that; Keras "
+           "warned \"Your input ran out of data\"). Fix: end the dataset with .repeat() and "
+           "let steps_per_epoch set the epoch's length, or pass a steps_per_epoch no larger "
+           "than the batches each worker's dataset holds.")
 
 
 def shutdown(strategy) -> None:
