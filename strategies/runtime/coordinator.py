@@ -98,7 +98,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             try:
                 translated(self._cluster.closure_queue.put, closure)  # raises the queue's error
             except Exception as e:
-                self._reached_user(e)
+                self._error_reached_user(e)
                 raise
             return remote_value
         self.dispatcher.last_accumulators = entry.accumulators
@@ -114,7 +114,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         try:
             self.engine.submit(closure)  # dispatch() attaches the engine's Task to the closure
         except Exception as e:  # pylint: disable=broad-except
-            self._reached_user(e)
+            self._error_reached_user(e)
             raise translate(e) from e
         if self.config.tick_s:
             watchdog.ensure_ticker(self, self.config.tick_s)
@@ -132,7 +132,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                 self.engine.raise_if_error()
             translated(super().join)
         except Exception as e:
-            self._reached_user(e)
+            self._error_reached_user(e)
             raise
 
     def done(self):
@@ -146,7 +146,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                     return False
             return translated(super().done)
         except Exception as e:
-            self._reached_user(e)
+            self._error_reached_user(e)
             raise
 
     # ------------------------------------------------------- for the runtime
@@ -220,30 +220,24 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                 this.engine.flush()
                 try:
                     watchdog.wait_bounded(this, lambda: ready.wait(1.0))
-                except Exception:
-                    this._error_reached_user()  # pylint: disable=protected-access
+                except Exception as e:
+                    this._error_reached_user(e)  # pylint: disable=protected-access
                     raise
-            del this
             try:
                 original()
             except tf.errors.CancelledError as e:
-                this = coordinator()
                 if this is None or this._ran_out_in != fit:  # pylint: disable=protected-access
                     raise
                 raise tf.errors.OutOfRangeError(None, None, RAN_OUT) from e
 
         remote_value._wait_and_maybe_error = wait_and_maybe_error  # pylint: disable=protected-access
 
-    def _reached_user(self, error: BaseException) -> None:
-        """``error`` is being raised to the user: remembers whether it was the end of the
-        data (:meth:`_wrap_fetch`), then :meth:`_error_reached_user`."""
+    def _error_reached_user(self, error: BaseException | None = None) -> None:
+        """An error (``error``, if known) was raised to the user: like TF's ``join``, forget
+        it (and what it left queued), so the next ``fit`` on this strategy starts clean. The
+        end of the data is remembered for that fit's fetches (:meth:`_wrap_fetch`)."""
         if isinstance(error, tf.errors.OutOfRangeError):
             self._ran_out_in = self.errors_reached_user
-        self._error_reached_user()
-
-    def _error_reached_user(self) -> None:
-        """An error was raised to the user: like TF's ``join``, forget it (and what it left
-        queued), so the next ``fit`` on this strategy starts clean."""
         # Counted before the queue's error is cleared (workers.py)
         if self.engine is not None:
             self.engine.clear_error()  # its generation moves on
