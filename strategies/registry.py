@@ -38,7 +38,10 @@ class StrategyEntry:
     (``default_arg`` without one; ``arg_meaning`` says what it sets, empty: takes none);
     ``micro_batches_per_update(num_workers, arg)`` is how many micro-batches one update
     averages (the linear learning-rate rule scales by it); ``sized``: one task per worker per
-    round, sized by speed (a round reads that many dataset batches in N closures)."""
+    round, sized by speed (a round reads that many dataset batches in N closures), so an
+    epoch of whole rounds is ``micro_batches_per_update`` steps a round. ``groupedsized`` and
+    ``caspsized`` size tasks too but are not ``sized``: each group or community has a round
+    of its own, of its members' count of batches, which changes when they regroup."""
 
     name: str
     create: Callable

@@ -34,7 +34,7 @@ PURE = [
 WITH_TF = ["tf_hetero", "tf_hetero.strategies.presets", "tf_hetero.strategies.runtime.fitplan",
            "tf_hetero.strategies.runtime.accumulate", "tf_hetero.strategies.runtime.quantize",
            "tf_hetero.emulation.ps", "tf_hetero.tools.bench", "tf_hetero.data",
-           "tf_hetero.strategies.runtime.closures"]
+           "tf_hetero.strategies.runtime.closures", "tf_hetero.strategies.runtime.callbacks"]
 
 
 @pytest.mark.parametrize("name", PURE + WITH_TF)

@@ -186,6 +186,32 @@ def test_a_fit_whose_data_runs_out_says_so_and_the_next_fit_trains(cluster, name
     assert int(model.optimizer.iterations.numpy()) >= 1
 
 
+@pytest.mark.parametrize("name", ["hps", "asp"])
+def test_terminate_on_nan_is_refused_before_the_fit_runs_a_step(cluster, name):
+    """tf_keras lets ``TerminateOnNaN`` through its check of batch callbacks under PSS and
+    then hands it the step's ``RemoteValue``: the fit fails after its first step with
+    "RemoteValueImpl.get() takes 1 positional argument" (stock PSS too). A tf-hetero
+    strategy refuses it before any step, saying why and what to do, and trains the next fit."""
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = (tf_hetero.ASPStrategy(cluster.resolver) if name == "asp"
+                else _strategy(name, cluster))
+    with strategy.scope():
+        model = small.model(1)
+        model.compile(keras.optimizers.SGD(0.1), small.loss())
+    before = len(strategy.monitor.tasks)
+    with pytest.raises(ValueError, match="TerminateOnNaN cannot run under ParameterServer"
+                                         ".*Fix: remove TerminateOnNaN"):
+        _in_thread(lambda: model.fit(
+            keras.utils.experimental.DatasetCreator(small.dataset_fn(B, 3)), epochs=1,
+            steps_per_epoch=2 * N, verbose=0, callbacks=[keras.callbacks.TerminateOnNaN()]))
+    assert len(strategy.monitor.tasks) == before  # refused before any step was scheduled
+    model = _in_thread(lambda: _fit(strategy, model_seed=2))
+    assert int(model.optimizer.iterations.numpy()) >= 1
+
+
 @pytest.mark.parametrize("name", ["bsp", "asp"])
 def test_a_closure_of_a_failed_fit_that_fails_after_the_user_got_the_error_is_dropped(cluster,
                                                                                       name):
