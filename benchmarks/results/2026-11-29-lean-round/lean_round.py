@@ -6,8 +6,6 @@ one_slow), digits-sized MLP. Variants, each a round = N closures joined + one ap
   real     : + a per-worker dataset iterator (batch 40) and the MLP's real forward/backward
   realopt  : + the apply is tf_keras SGD(momentum=0.9).apply_gradients of the mean
   realopt+logs : + the task returns its loss and the chief fetches it (as Keras logs do)
-  engine accumulators : + the task writes through tf-hetero's Accumulators.write and the
-                 apply is Accumulators.make_apply_fn (run with the repo on PYTHONPATH)
 """
 import sys, time, statistics as st
 import numpy as np
@@ -82,6 +80,66 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
         with tf.control_dependencies([slept]):
             return tf.identity(loss)
 
+    def scatter_only(grads, round_id):
+        idx = tf.stack([round_id % 2, current_worker()])[None]
+        ups = []
+        for a, g in zip(eng.acc, grads):
+            with tf.device(a.device):
+                ups.append(a.scatter_nd_update(idx, g[None]))
+        return ups
+
+    def static_fresh(grads, round_id):
+        lane = current_worker(); slot = round_id % 2
+        idx = tf.stack([slot, lane])[None]
+        ups = scatter_only(grads, round_id)
+        with tf.device(eng.tags.device):
+            ups.append(eng.counts.scatter_nd_update([[lane, slot]], tf.constant([1], tf.int64)))
+            ups.append(eng.tags.scatter_nd_update([[lane, slot]], round_id[None]))
+        return ups
+
+    def make_variant(write):
+        @tf.function
+        def task(iterator, round_id):
+            start = tf.timestamp()
+            with tf.control_dependencies([start]):
+                xb, yb = next(iterator)
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(loss_fn(yb, model(xb, training=True)))
+            grads = tape.gradient(loss, vs)
+            slept = finish(start, write(grads, round_id))
+            with tf.control_dependencies([slept]):
+                return tf.identity(loss)
+        return task
+
+    real_scatter = make_variant(scatter_only)
+    slot_accs = []
+    with strategy.scope():
+        for v in vs:
+            with strategy.extended.colocate_vars_with(v):
+                slot_accs.append(tf.Variable(tf.zeros([2] + v.shape.as_list()), trainable=False))
+
+    def slot_add(grads, round_id):
+        ups = []
+        for a, g in zip(slot_accs, grads):
+            with tf.device(a.device):
+                ups.append(a.scatter_nd_add([[round_id % 2]], g[None]))
+        return ups
+
+    real_slot = make_variant(slot_add)
+
+    @tf.function
+    def apply_slot_fn(round_id):
+        slot = round_id % 2
+        mean = [tf.gather(a, slot) / N for a in slot_accs]
+        done = opt.apply_gradients(zip(mean, vs))
+        with tf.control_dependencies([done] + mean):
+            for a, v in zip(slot_accs, vs):
+                a.scatter_nd_update([[slot]], tf.zeros([1] + v.shape.as_list()))
+
+    def apply_slot():
+        apply_slot_fn(tf.constant(rid[0], tf.int64))
+        rid[0] += 1
+    real_static = make_variant(static_fresh)
     rid = [0]
 
     def apply_eng():
@@ -110,7 +168,7 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
         t0 = time.perf_counter()
         for _ in range(rounds):
             r0 = time.perf_counter()
-            a = args if task is not real_eng else (it, tf.constant(rid[0], tf.int64))
+            a = args if args is not None else (it, tf.constant(rid[0], tf.int64))
             rvs = [coord.schedule(task, args=a) for _ in range(N)]
             coord.join()
             r1 = time.perf_counter()
@@ -121,9 +179,15 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
             tj.append(r1 - r0); ta.append(r2 - r1)
         return 1e3 * (time.perf_counter() - t0) / rounds, 1e3 * st.mean(tj), 1e3 * st.mean(ta)
 
+    ONLY = sys.argv[2].split(",") if len(sys.argv) > 2 else None
     variants = {"toy": (toy, (), apply_plain, False), "real": (real, (it,), apply_plain, False),
                 "realopt": (real, (it,), apply_opt, False), "realopt+logs": (real, (it,), apply_opt, True),
-                "engine accumulators": (real_eng, None, apply_eng, True)}
+                "engine accumulators": (real_eng, None, apply_eng, True),
+                "engine acc, tags+counts, no tag read": (real_static, None, apply_eng, True),
+                "engine acc, lane scatter only": (real_scatter, None, apply_eng, True),
+                "slot accumulators [2, shape], no lanes": (real_slot, None, apply_slot, True)}
+    if ONLY:
+        variants = {k: v for k, v in variants.items() if any(k.startswith(o) for o in ONLY)}
     for name, (task, args, apply, fetch) in variants.items():
         run(task, args, apply, fetch, 3)  # trace, instantiate
     res = {}
@@ -131,8 +195,8 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
         for name, (task, args, apply, fetch) in variants.items():
             r = run(task, args, apply, fetch, ROUNDS)
             res.setdefault(name, []).append(r)
-            print(f"rep {rep} {name:14s} round {r[0]:6.1f} ms  (join {r[1]:6.1f}, apply+fetch {r[2]:5.1f})", flush=True)
+            print(f"rep {rep} {name:38s} round {r[0]:6.1f} ms  (join {r[1]:6.1f}, apply+fetch {r[2]:5.1f})", flush=True)
     print("\nmedian of 3 (ms per round; device time 125):")
     for name, rs in res.items():
         med = sorted(rs)[1]
-        print(f"  {name:14s} round {med[0]:6.1f}  join {med[1]:6.1f}  apply+fetch {med[2]:5.1f}")
+        print(f"  {name:38s} round {med[0]:6.1f}  join {med[1]:6.1f}  apply+fetch {med[2]:5.1f}")
