@@ -112,6 +112,49 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
         return task
 
     real_scatter = make_variant(scatter_only)
+
+    class Accumulating(keras.Sequential):
+        """Keras's own train_function (its loss tracker, train counter, logs) around a
+        step that writes the plain accumulators instead of applying."""
+        def train_step(self, data):
+            start = tf.timestamp()
+            with tf.control_dependencies([start]):
+                xb, yb = tf.nest.map_structure(tf.identity, data)
+            with tf.GradientTape() as tape:
+                y_pred = self(xb, training=True)
+                loss = self.compute_loss(xb, yb, y_pred)
+            grads = tape.gradient(loss, self.trainable_variables)
+            logs = self.compute_metrics(xb, yb, y_pred, None)
+            writes = [a.assign_add(g) for a, g in zip(kaccs, grads)]
+            slept = finish(start, writes + tf.nest.flatten(logs))
+            with tf.control_dependencies([slept]):
+                return tf.nest.map_structure(tf.identity, logs)
+
+    with strategy.scope():
+        kmodel = Accumulating([keras.Input((64,)), keras.layers.Dense(128, activation="relu"),
+                               keras.layers.Dense(10)])
+        kopt = keras.optimizers.SGD(0.01, momentum=0.9)
+        kmodel.compile(kopt, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                       steps_per_execution=1)
+        kaccs = []
+        for v in kmodel.trainable_variables:
+            with strategy.extended.colocate_vars_with(v):
+                kaccs.append(tf.Variable(tf.zeros(v.shape), trainable=False))
+        kopt.build(kmodel.trainable_variables)
+    kmodel._cluster_coordinator = coord
+    kmodel.make_train_function(force=True)
+
+    @tf.function
+    def apply_keras():
+        kvs = kmodel.trainable_variables
+        mean = [a.read_value() / N for a in kaccs]
+        kopt.apply_gradients(zip(mean, kvs))
+        for a, m in zip(kaccs, mean):
+            with tf.control_dependencies([m]):
+                a.assign(tf.zeros_like(a))
+
+    def keras_task(iterator):
+        return kmodel.train_function(iterator)
     slot_accs = []
     with strategy.scope():
         for v in vs:
@@ -169,7 +212,10 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
         for _ in range(rounds):
             r0 = time.perf_counter()
             a = args if args is not None else (it, tf.constant(rid[0], tf.int64))
-            rvs = [coord.schedule(task, args=a) for _ in range(N)]
+            if task is keras_task:
+                rvs = [keras_task(it) for _ in range(N)]
+            else:
+                rvs = [coord.schedule(task, args=a) for _ in range(N)]
             coord.join()
             r1 = time.perf_counter()
             apply()
@@ -185,7 +231,8 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
                 "engine accumulators": (real_eng, None, apply_eng, True),
                 "engine acc, tags+counts, no tag read": (real_static, None, apply_eng, True),
                 "engine acc, lane scatter only": (real_scatter, None, apply_eng, True),
-                "slot accumulators [2, shape], no lanes": (real_slot, None, apply_slot, True)}
+                "slot accumulators [2, shape], no lanes": (real_slot, None, apply_slot, True),
+                "keras train_function (plain accumulators)": (keras_task, (it,), apply_keras, True)}
     if ONLY:
         variants = {k: v for k, v in variants.items() if any(k.startswith(o) for o in ONLY)}
     for name, (task, args, apply, fetch) in variants.items():
