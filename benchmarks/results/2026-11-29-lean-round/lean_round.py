@@ -66,19 +66,25 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
         with tf.control_dependencies([slept]):
             return tf.identity(loss)
 
-    @tf.function
-    def real_eng(iterator, round_id):
-        start = tf.timestamp()
-        with tf.control_dependencies([start]):
-            xb, yb = next(iterator)
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(loss_fn(yb, model(xb, training=True)))
-        grads = tape.gradient(loss, vs)
-        wrote = eng.write({i: (lambda g=g: g) for i, g in enumerate(grads)}, round_id,
-                          round_id % 2, current_worker(), 1)
-        slept = finish(start, [wrote])
-        with tf.control_dependencies([slept]):
-            return tf.identity(loss)
+    def make_variant(write):
+        @tf.function
+        def task(iterator, round_id):
+            start = tf.timestamp()
+            with tf.control_dependencies([start]):
+                xb, yb = next(iterator)
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(loss_fn(yb, model(xb, training=True)))
+            grads = tape.gradient(loss, vs)
+            slept = finish(start, write(grads, round_id))
+            with tf.control_dependencies([slept]):
+                return tf.identity(loss)
+        return task
+
+    def engine_write(grads, round_id):
+        return [eng.write({i: (lambda g=g: g) for i, g in enumerate(grads)}, round_id,
+                          round_id % 2, current_worker(), 1)]
+
+    real_eng = make_variant(engine_write)
 
     def scatter_only(grads, round_id):
         idx = tf.stack([round_id % 2, current_worker()])[None]
@@ -96,20 +102,6 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
             ups.append(eng.counts.scatter_nd_update([[lane, slot]], tf.constant([1], tf.int64)))
             ups.append(eng.tags.scatter_nd_update([[lane, slot]], round_id[None]))
         return ups
-
-    def make_variant(write):
-        @tf.function
-        def task(iterator, round_id):
-            start = tf.timestamp()
-            with tf.control_dependencies([start]):
-                xb, yb = next(iterator)
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(loss_fn(yb, model(xb, training=True)))
-            grads = tape.gradient(loss, vs)
-            slept = finish(start, write(grads, round_id))
-            with tf.control_dependencies([slept]):
-                return tf.identity(loss)
-        return task
 
     real_scatter = make_variant(scatter_only)
 
