@@ -26,10 +26,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import threading
 from typing import Callable
 
 import numpy as np
+
+from tf_hetero.patching import wrap_once
 
 __all__ = ["Split", "load", "dataset_fn", "without_autotune", "device_datasets_without_autotune",
            "OFFLINE_DATASETS"]
@@ -189,9 +190,6 @@ def without_autotune(dataset):
     return dataset.with_options(options)
 
 
-_device_patch_lock = threading.Lock()
-
-
 def device_datasets_without_autotune() -> None:
     """Turns tf.data autotuning off for the per-device datasets TensorFlow builds inside every
     multi-device iterator of this process (idempotent).
@@ -222,14 +220,11 @@ def device_datasets_without_autotune() -> None:
     """
     from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
 
-    with _device_patch_lock:
-        create = mdi._create_device_dataset  # pylint: disable=protected-access
-        if getattr(create, "_tf_hetero_without_autotune", False):
-            return
+    wrap_once(mdi, "_create_device_dataset", _without_autotune_after)
 
-        def create_device_dataset(*args, **kwargs):
-            return without_autotune(create(*args, **kwargs))
 
-        create_device_dataset._tf_hetero_without_autotune = True
-        create_device_dataset.__wrapped__ = create
-        mdi._create_device_dataset = create_device_dataset  # pylint: disable=protected-access
+def _without_autotune_after(create):
+    def create_device_dataset(*args, **kwargs):
+        return without_autotune(create(*args, **kwargs))
+
+    return create_device_dataset

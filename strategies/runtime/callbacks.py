@@ -16,12 +16,9 @@ whose loss or round gradient is not finite by itself (``runtime/divergence.py``)
 
 from __future__ import annotations
 
-import threading
+from tf_hetero.patching import wrap_once
 
 __all__ = ["install", "check"]
-
-_lock = threading.Lock()
-_installed = False
 
 TERMINATE_ON_NAN = (
     "tf-hetero: keras.callbacks.TerminateOnNaN cannot run under ParameterServerStrategy: "
@@ -53,22 +50,18 @@ def install() -> None:
     """Wraps tf_keras's ``CallbackList.on_train_begin`` (once per process) to run
     :func:`check` on a ``fit``'s callbacks under a tf-hetero strategy, before the first step
     (``evaluate`` and ``predict`` never call a ``TerminateOnNaN``, so they are left alone)."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        from tf_keras.src.callbacks import CallbackList
+    from tf_keras.src.callbacks import CallbackList
 
-        original = CallbackList.on_train_begin
+    wrap_once(CallbackList, "on_train_begin", _checked_on_train_begin)
 
-        def on_train_begin(self, logs=None):
-            import tensorflow as tf
 
-            strategy = tf.distribute.get_strategy()
-            if hasattr(strategy, "_hetero_config"):
-                check(self.callbacks, strategy)
-            return original(self, logs)
+def _checked_on_train_begin(original):
+    def on_train_begin(self, logs=None):
+        import tensorflow as tf
 
-        on_train_begin.__wrapped__ = original
-        CallbackList.on_train_begin = on_train_begin
-        _installed = True
+        strategy = tf.distribute.get_strategy()
+        if hasattr(strategy, "_hetero_config"):
+            check(self.callbacks, strategy)
+        return original(self, logs)
+
+    return on_train_begin

@@ -29,12 +29,10 @@ the coordinator prints :func:`plan_line` at the first training step scheduled af
 from __future__ import annotations
 
 import math
-import threading
+
+from tf_hetero.patching import wrap_once
 
 __all__ = ["install", "plan_line", "note_plan", "take_plan"]
-
-_lock = threading.Lock()
-_installed = False
 
 
 def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_execution: int,
@@ -93,22 +91,18 @@ def take_plan(strategy):
 def install() -> None:
     """Wraps tf_keras's ``get_data_handler`` (once per process) so that a handler built for
     a model under a tf-hetero strategy notes its plan on the strategy."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        from tf_keras.src.engine import data_adapter
+    from tf_keras.src.engine import data_adapter
 
-        original = data_adapter.get_data_handler
+    wrap_once(data_adapter, "get_data_handler", _noting_data_handler)
 
-        def get_data_handler(*args, **kwargs):
-            handler = original(*args, **kwargs)
-            model = kwargs.get("model")
-            strategy = getattr(model, "distribute_strategy", None)
-            if hasattr(strategy, "_hetero_config"):
-                note_plan(strategy, handler)
-            return handler
 
-        get_data_handler.__wrapped__ = original
-        data_adapter.get_data_handler = get_data_handler
-        _installed = True
+def _noting_data_handler(original):
+    def get_data_handler(*args, **kwargs):
+        handler = original(*args, **kwargs)
+        model = kwargs.get("model")
+        strategy = getattr(model, "distribute_strategy", None)
+        if hasattr(strategy, "_hetero_config"):
+            note_plan(strategy, handler)
+        return handler
+
+    return get_data_handler
