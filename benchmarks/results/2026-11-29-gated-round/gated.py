@@ -134,9 +134,6 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
         drain_gate()                                # the last apply's tokens
         return ms
 
-    def snapshot():
-        return [v.numpy().copy() for v in vs]
-
     run_chief(3); run_gated(3); run_gated2(3)
     res = {}
     for rep in range(3):
