@@ -98,9 +98,6 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
             coord.join()
         return (time.perf_counter() - t0) / (rounds // K * K)
 
-    def snapshot():
-        return [v.numpy().copy() for v in vs]
-
     # warm up (traces, worker instantiation)
     run_a(2); [run_b(K, K) for K in (1, 4, 8)]
     results = {}
@@ -109,7 +106,6 @@ with tf_hetero.LocalCluster(num_workers=N, num_ps=2) as cluster:
                         ("B K=1: worker applies, PS queue barrier", lambda: run_b(ROUNDS, 1)),
                         ("B K=4", lambda: run_b(ROUNDS, 4)),
                         ("B K=8", lambda: run_b(ROUNDS, 8))):
-            before = snapshot()
             c0 = int(counter.numpy())
             ms = 1e3 * f()
             results.setdefault(name, []).append(ms)
