@@ -101,7 +101,11 @@ def _noting_data_handler(original):
         handler = original(*args, **kwargs)
         model = kwargs.get("model")
         strategy = getattr(model, "distribute_strategy", None)
-        if hasattr(strategy, "_hetero_config"):
+        # Only fit's own handler passes shuffle (tf_keras training.py): evaluate's, predict's
+        # and fit's validation handler do not. Their plan would be taken by the next
+        # training task, which printed a second fit line at epoch 2 of a fit with
+        # validation_data and reset its divergence watch.
+        if hasattr(strategy, "_hetero_config") and "shuffle" in kwargs:
             note_plan(strategy, handler)
         return handler
 
