@@ -110,6 +110,9 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         #: sends outside the emulated step (H-PS's buffers) ask them for service.
         self.ps_servers = None
         self.dataset_batch = None  # sized tasks: the workers' dataset batch size, once seen
+        #: Goes up with every variable moved to another PS (rebalancing, scale_ps): tf_keras
+        #: functions made before then are made again (strategies/runtime/rebalance.py).
+        self.placement_generation = 0
         workers = self._extended._num_workers  # pylint: disable=protected-access
         self.monitor = Monitor(workers)
         self._extended.set_placement(placement, self.monitor)  # pylint: disable=protected-access

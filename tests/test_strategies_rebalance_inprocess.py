@@ -149,6 +149,56 @@ def test_a_move_that_makes_rounds_slower_is_undone_and_loses_nothing(cluster):
         src, dst)
 
 
+def test_functions_traced_before_a_move_read_the_moved_variable(cluster):
+    """``predict`` and ``evaluate`` traced before a move, and ``fit``'s validation after
+    one, read the moved variable's current value, not the value it had when it moved:
+    tf_keras traces them under ``cache_variable_reads``, which captures the inner variable,
+    so they are made again once the placement changed. A ``tf.function`` of the user's
+    traced before the move reads it where it is now (TF resolves the wrapper at each
+    call)."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import tf_hetero
+    from tf_hetero.policies.rebalance import RebalanceController
+
+    controller = RebalanceController(window=2, explore=0.0, skip_first=0)
+    strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=controller)
+    model = _compiled(strategy)
+    rng = np.random.default_rng(1)
+    xv = rng.normal(size=(B, 5)).astype("float32")
+    yv = rng.integers(0, 3, B)
+    val = tf.data.Dataset.from_tensors((xv, yv)).repeat()  # every batch the same
+    model.predict(xv, verbose=0)  # traced on the creation placement
+    model.evaluate(val, steps=1, verbose=0)
+
+    @tf.function
+    def total():
+        return tf.add_n([tf.reduce_sum(v) for v in model.trainable_variables])
+
+    total()
+    strategy.coordinator.schedule(total).fetch()
+    rounds = 4
+    x, y = _data(rounds)
+    # Window 2: the decision (a move) comes at epoch 2's first task, after epoch 1's
+    # validation traced the test function.
+    history = _fit_rounds(model, x, y, rounds, epochs=2, steps_per_epoch=2 * N,
+                          validation_data=val, validation_steps=1)
+    assert len(strategy.rebalancer.moves) == 1, strategy.rebalancer.moves
+    reference = _small_model()
+    reference.compile(_optimizers()["sgd_momentum"](), _loss())
+    reference.set_weights(model.get_weights())
+    want = reference.evaluate(xv, yv, batch_size=B, verbose=0)
+    np.testing.assert_allclose(history.history["val_loss"][-1], want, atol=1e-5)
+    np.testing.assert_allclose(model.evaluate(val, steps=1, verbose=0), want, atol=1e-5)
+    np.testing.assert_allclose(model.predict(xv, verbose=0), reference.predict(xv, verbose=0),
+                               atol=1e-5)
+    want_total = sum(np.sum(w) for w in model.get_weights()[:4])
+    np.testing.assert_allclose(total(), want_total, atol=1e-5)
+    scheduled = strategy.coordinator.schedule(total).fetch()
+    np.testing.assert_allclose(scheduled, want_total, atol=1e-5)
+
+
 def test_rebalance_is_an_option_of_round_strategies_only(cluster):
     import tf_hetero
 
@@ -176,8 +226,8 @@ def _compiled(strategy):
 def _fit_rounds(model, x, y, rounds, **kw):
     import tf_keras as keras
 
-    model.fit(keras.utils.experimental.DatasetCreator(_per_worker_fn(x, y, rounds)),
-              verbose=0, **{"epochs": 1, "steps_per_epoch": N * rounds, **kw})
+    return model.fit(keras.utils.experimental.DatasetCreator(_per_worker_fn(x, y, rounds)),
+                     verbose=0, **{"epochs": 1, "steps_per_epoch": N * rounds, **kw})
 
 
 def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_round(cluster):

@@ -26,6 +26,14 @@ How a variable moves (evidence: docs/PSLD.md section 4):
 
 The old inner variable stays on its PS (pooled): moving back (an undo) re-uses it.
 
+Functions traced before a move (measured, ``tests/test_strategies_rebalance_inprocess.py``):
+a ``tf.function`` of the user's, called on the chief or scheduled on the workers, reads the
+moved variable where it is now; tf_keras's test and predict functions do not: their
+concrete functions hold the old inner variable's handle among their captured inputs, and
+``evaluate``, ``predict`` and ``fit``'s validation after a move read the value the
+variable had when it moved. So tf_keras makes them again once the placement changed
+(:func:`install`, the strategy's ``placement_generation``).
+
 Checkpoints carry the placement (issue 14 item 6): the rebalancer tracks a small
 ``PythonState`` under each optimizer it serves (checkpoint key ``tf_hetero_placement``: the PS
 of each of the optimizer's variables, in the optimizer's order, read when the checkpoint is
@@ -50,18 +58,48 @@ import threading
 import time
 import weakref
 
+from tf_hetero.patching import wrap_once
 from tf_hetero.telemetry import psload
 
 # TensorFlow is imported where a variable is touched: the boundary logic runs (and is
 # tested, tests/test_rebalance.py) on the pure engine.
 
-__all__ = ["Rebalancer", "move_variable", "related_variables"]
+__all__ = ["Rebalancer", "install", "move_variable", "related_variables"]
 
 #: The checkpoint key of the placement, under each optimizer.
 CHECKPOINT_KEY = "tf_hetero_placement"
 
 #: Seconds a boundary waits for the rounds in flight before giving up with an error.
 BOUNDARY_TIMEOUT_S = 600.0
+
+
+def install() -> None:
+    """Wraps tf_keras's ``make_test_function`` and ``make_predict_function`` (once per
+    process) so that a model's cached function is made again when its strategy's
+    ``placement_generation`` changed since it was made: made before a move, it reads the
+    moved variable's old copy (``evaluate``, ``predict``, and ``fit``'s validation, whose
+    test function the first epoch made)."""
+    from tf_keras.src.engine import training
+
+    for name in ("make_test_function", "make_predict_function"):
+        wrap_once(training.Model, name, _remade_after_moves)
+
+
+def _remade_after_moves(original):
+    def make(self, force=False):
+        # predict() under PSS sets the model's strategy to None while it runs (tf_keras
+        # training.py); the variables still know theirs.
+        strategy = getattr(self, "_distribution_strategy", None) or next(
+            (getattr(v, "_distribute_strategy", None) for v in self.weights[:1]), None)
+        generation = getattr(strategy, "placement_generation", 0)
+        made = self.__dict__.setdefault("_tf_hetero_generations", {})
+        if made.get(original.__name__, 0) != generation:
+            force = True
+        function = original(self, force=force)
+        made[original.__name__] = generation
+        return function
+
+    return make
 
 
 def _device(ps: int) -> str:
@@ -190,6 +228,7 @@ class Rebalancer:
         self.monitor = coordinator.monitor
         self.num_ps = int(self.strategy.extended._num_ps)  # pylint: disable=protected-access
         controller.bind(self.num_ps)
+        install()
         if self.placement is not None:  # a scale_ps before this rebalancer: keep its PS set
             controller.active = tuple(self.placement.active)
         self.tasks = 0  # training tasks scheduled so far
@@ -410,7 +449,7 @@ class Rebalancer:
                 continue
             dst = min(active, key=lambda p: (placement.loads[p] if placement else 0, p))
             t0 = time.monotonic()
-            move_variable(counter, dst, self._pool)
+            self._move_one(counter, dst)
             if placement is not None and (counter.name, src) in {
                     (n, q) for n, q, _ in placement.placed}:  # colocated ones are not
                 self._placed(counter, src, dst, 1)
@@ -449,6 +488,12 @@ class Rebalancer:
         self.placement.move(variable.name, src, dst,
                             int(variable.shape.num_elements() * variable.dtype.size), requests)
 
+    def _move_one(self, wrapper, dst: int) -> None:
+        """:func:`move_variable`, and the strategy's ``placement_generation`` goes up (tf_keras
+        makes the functions that captured the old placement again, :func:`install`)."""
+        move_variable(wrapper, dst, self._pool)
+        self.strategy.placement_generation += 1
+
     def move(self, variable, dst: int) -> None:
         """Moves ``variable`` with its slots and accumulators to PS ``dst``; the placement's
         records follow."""
@@ -458,7 +503,7 @@ class Rebalancer:
         optimizers = list(dict.fromkeys(a.optimizer for a in tracer.accumulators))
         src = ps_index(variable.device)
         for w in related_variables(variable, optimizers, tracer.accumulators):
-            move_variable(w, dst, self._pool)
+            self._move_one(w, dst)
         if self.placement is not None and src is not None:
             self._placed(variable, src, dst, 2 if variable.trainable else 1)
 
