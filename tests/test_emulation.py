@@ -86,3 +86,17 @@ def test_an_update_a_round_applies_later_is_not_delayed():
     graph, handle = _traced_step(Deferring(0.1))
     writes = _writes_of(graph, handle)
     assert writes and not any(_after_sleep(op) for op in writes)
+
+
+@pytest.mark.parametrize("spec", ["ps_mbps=4", "link=10"])
+def test_emulating_ps_tasks_or_a_link_needs_a_built_model(spec):
+    """Their service is sized from the model's variables: an unbuilt model is refused with
+    the fix, before any trace (TF's own error came from inside the first step's trace)."""
+    import tf_keras as keras
+
+    import tf_hetero
+    from tf_hetero.emulation.profile import ProfileError
+
+    model = keras.Sequential([keras.layers.Dense(3)])
+    with pytest.raises(ProfileError, match=r"has none yet. Fix: build the model"):
+        tf_hetero.emulate(model, spec, num_workers=2)

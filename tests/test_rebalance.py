@@ -144,7 +144,7 @@ def test_a_boundary_waits_for_the_rounds_in_flight_and_never_forces_a_partial_ro
             return [Move("x", 0, 1)]
 
     rebalancer = Rebalancer(_Coordinator(engine, monitor), Recording(window=1, skip_first=0))
-    rebalancer.move = lambda variable, dst: None  # no variable here: the move itself is TF's
+    rebalancer.move = lambda variable, dst, optimizers=(): None  # no variable here: the move itself is TF's
     rebalancer.units = lambda: {"x": (0, 8, None)}
     # One task pending of a round of two: not a boundary, and no partial round is forced.
     engine.submit("t0")

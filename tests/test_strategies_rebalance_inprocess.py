@@ -230,14 +230,19 @@ def _fit_rounds(model, x, y, rounds, **kw):
                      verbose=0, **{"epochs": 1, "steps_per_epoch": N * rounds, **kw})
 
 
-def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_round(cluster):
+@pytest.mark.parametrize("built", [True, False])
+def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_round(
+        cluster, built, monkeypatch):
     """With emulated PS tasks the rebalancer times each PS's service before the first task
     (``EmulatedServers.probe``) and hands it to the controller's decision 0. Its moves are
-    made before the first round opens (the step traced again; variables, slots and
-    accumulators on the new PS), the probe's requests stay out of the PS counters (two per
-    step and PS: training's), and the fit still equals large-batch SGD. The controller
-    answers on fixed figures (the PS holding more bytes 3x slow) so that the moves do not
-    depend on timing; with the probe off (``probe=False``) nothing moves."""
+    made before the first round opens (variables, slots and accumulators on the new PS), the
+    probe's requests stay out of the PS counters (two per step and PS: training's), and the
+    fit still equals large-batch SGD. A built model's variables move before the step's
+    first trace, so it is traced once. Where the variables are not known before it (a model
+    built by its first call, a custom loop; here: ``before_trace`` switched off), they move
+    after it, and the step is traced again. The controller answers on fixed figures (the PS holding more bytes
+    3x slow) so that the moves do not depend on timing; with the probe off
+    (``probe=False``) nothing moves."""
     import tf_hetero
     from tf_hetero.emulation.ps import ps_index
     from tf_hetero.policies.rebalance import RebalanceController
@@ -259,6 +264,8 @@ def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_roun
     for probe in (False, True):
         controller = Fixed(window=1000, explore=0.0, probe=probe)
         strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=controller)
+        if not built:
+            monkeypatch.setattr(strategy.rebalancer, "before_trace", lambda: None)
         model = _compiled(strategy)
         before = _kernel_ps(model)
         servers = tf_hetero.emulate(model, "base_ms=1;ps_mbps=50", strategy=strategy).servers
@@ -270,7 +277,12 @@ def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_roun
             continue
         (probed, steps_per_round, pause_s), = seen
         assert len(probed) == 2 and all(u > 0 and c >= 0 for u, c in probed)
-        assert steps_per_round == N and pause_s > 0  # the first trace's seconds
+        assert steps_per_round == N
+        retraces = strategy.rebalancer.retrace_s
+        if built:  # before the first trace: nothing to trace again
+            assert pause_s is None and retraces == [], (pause_s, retraces)
+        else:  # after it: the move costs the first trace's seconds, and a second trace
+            assert pause_s > 0 and len(retraces) == 1, (pause_s, retraces)
         moves = strategy.rebalancer.moves
         assert controller.expected and [m[:4] for m in moves] == [
             (0, m.unit, m.src, m.dst) for m in controller.expected]

@@ -77,6 +77,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
 
     # ------------------------------------------------------------ public API
     def schedule(self, fn, args=None, kwargs=None):
+        if self.rebalancer is not None and fn not in self.tracer.entries:
+            self.rebalancer.before_trace()  # decision 0 may move variables before the trace
         entry = self.tracer.entry(fn, args or (), kwargs or {})
         if entry.is_train and self.rebalancer is not None:  # may move variables: re-traced
             entry = self.rebalancer.before_task(fn, args or (), kwargs or {}, entry)

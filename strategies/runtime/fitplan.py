@@ -29,6 +29,7 @@ the coordinator prints :func:`plan_line` at the first training step scheduled af
 from __future__ import annotations
 
 import math
+import weakref
 
 from tf_hetero.patching import wrap_once
 
@@ -107,6 +108,8 @@ def _noting_data_handler(original):
         # validation_data and reset its divergence watch.
         if hasattr(strategy, "_hetero_config") and "shuffle" in kwargs:
             note_plan(strategy, handler)
+            # Rebalancing's decision 0 places the model's variables before the first trace.
+            strategy._fit_model = weakref.ref(model)  # pylint: disable=protected-access
         return handler
 
     return get_data_handler

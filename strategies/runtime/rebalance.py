@@ -256,6 +256,7 @@ class Rebalancer:
         #: the first round on the new placement could open).
         self.retrace_s: list[float] = []
         self._retraces_told = 0  # retrace_s entries already given to the controller
+        self._initial_done = False  # decision 0 made (before or after the first trace)
         # After a move: (task index from which to trace the applies ahead, their keys).
         self._prepare: tuple[int, list] | None = None
 
@@ -305,29 +306,58 @@ class Rebalancer:
             return self.retrace(fn, args, kwargs, submitted)
         return entry
 
+    def before_trace(self) -> None:
+        """Called by ``schedule`` before it traces a function it has not seen. Before the
+        first training task of a ``fit`` whose model is built, decision 0
+        (:meth:`_decide_initial`) runs here, on the model's trainable variables: the step is
+        then traced once, on the new placement (decided after the trace, a move costs the
+        step's second trace, ~0.7 s of the digits fit's start; docs/PSLD.md section 4). A
+        model built by its first call (subclassed, no input shape) or a custom loop: decision
+        0 after the trace (:meth:`_initial`)."""
+        if self._initial_done or self.tasks or self.pending or self.scale_to is not None:
+            return
+        ref = getattr(self.strategy, "_fit_model", None)
+        model = ref() if ref is not None else None
+        if model is None or not model.built or not model.trainable_variables:
+            return
+        self._initial_done = True
+        optimizer = getattr(model, "optimizer", None)
+        self._decide_initial(self.units(model.trainable_variables), pause_s=None,
+                             optimizers=[optimizer] if optimizer is not None else [])
+
     def _initial(self, fn, args, kwargs, entry):
-        """Decision 0 (:meth:`RebalanceController.initial`), before the first task: times
-        each emulated PS's service (``EmulatedServers.probe``, ~0.3 s) and makes the moves
-        it calls for; the step is traced again on the new placement (the workers have not
-        instantiated it yet). Nothing happens without emulated PS tasks (no service to
-        time: the first decision comes after the first window, on the controller's rates)
-        or with ``probe=False``."""
+        """Decision 0 at the first training task, after its trace, unless
+        :meth:`before_trace` made it: if it moves, the step is traced again on the new
+        placement (the workers have not instantiated it yet)."""
+        if self._initial_done:
+            return entry
+        self._initial_done = True
+        if self._decide_initial(self.units(), pause_s=getattr(entry, "trace_s", None)):
+            return self.retrace(fn, args, kwargs, 0)
+        return entry
+
+    def _decide_initial(self, units: dict, pause_s, optimizers=()) -> bool:
+        """Decision 0 (:meth:`RebalanceController.initial`): times each emulated PS's
+        service (``EmulatedServers.probe``, ~0.3 s) and makes the moves it calls for, weighed
+        against ``pause_s`` (the re-trace they cost; ``None``: nothing traced yet). Nothing
+        happens without emulated PS tasks (no service to time: the first decision comes
+        after the first window, on the controller's rates) or with ``probe=False``. Returns
+        whether anything moved."""
         servers = self.monitor.ps_servers
         if not self.controller.probe or servers is None:
-            return entry
+            return False
         probed = servers.probe()
-        units = self.units()
         moves = self.controller.initial(
             {k: (ps, load) for k, (ps, load, _) in units.items()}, probed,
-            steps_per_round=self.engine.num_workers, pause_s=getattr(entry, "trace_s", None))
-        self._make(moves, units, 0)
+            steps_per_round=self.engine.num_workers, pause_s=pause_s)
+        self._make(moves, units, 0, optimizers)
         if not moves:
-            return entry
+            return False
         rates = " : ".join(f"{r:.2f}" for r in self.controller.rates)
         print(f"[tf-hetero] rebalance: PS service rates measured {rates}; moved {len(moves)} "
               "variables before the first round (decision 0: "
               "strategy.rebalancer.controller.initial_decision).", flush=True)
-        return self.retrace(fn, args, kwargs, 0)
+        return True
 
     def retrace(self, fn, args, kwargs, submitted: int):
         """After a move: drops the functions traced on the old placement and traces the
@@ -359,25 +389,28 @@ class Rebalancer:
             raise TimeoutError(f"rebalancing: {e} Or turn rebalance off.") from e
 
     # -------------------------------------------------------------- decisions
-    def units(self) -> dict:
+    def units(self, variables=None) -> dict:
         """name -> ``(PS, bytes x accesses per step, variable)`` of every trained variable
-        that can move (a ``ShardedVariable`` the optimizer sees whole is left out)."""
+        (of ``variables``, by default those the traced steps' optimizers train) that can
+        move (a ``ShardedVariable`` the optimizer sees whole is left out)."""
         from tf_hetero.emulation.ps import ps_index
 
         out = {}
-        for acc in self.coordinator.tracer.accumulators:
-            for v in acc.variables:
-                if not hasattr(v, "_v"):  # not a PS variable wrapper (e.g. ShardedVariable)
-                    continue
-                ps = ps_index(v.device)
-                if ps is None:
-                    continue
-                name = v.name
-                k = 1
-                while name in out and out[name][2] is not v:
-                    k += 1
-                    name = f"{v.name}#{k}"
-                out[name] = (ps, 2 * v.shape.num_elements() * v.dtype.size, v)
+        if variables is None:
+            variables = [v for acc in self.coordinator.tracer.accumulators
+                         for v in acc.variables]
+        for v in variables:
+            if not hasattr(v, "_v"):  # not a PS variable wrapper (e.g. ShardedVariable)
+                continue
+            ps = ps_index(v.device)
+            if ps is None:
+                continue
+            name = v.name
+            k = 1
+            while name in out and out[name][2] is not v:
+                k += 1
+                name = f"{v.name}#{k}"
+            out[name] = (ps, 2 * v.shape.num_elements() * v.dtype.size, v)
         return out
 
     def decide(self) -> bool:
@@ -469,11 +502,11 @@ class Rebalancer:
         return {"busy_s": d["busy_s"], "served_bytes": d["bytes"],
                 "requests": d.get("requests")}
 
-    def _make(self, moves, units, label) -> None:
+    def _make(self, moves, units, label, optimizers=()) -> None:
         """Makes ``moves``, recording each under ``label`` (decision number, "scale")."""
         for move in moves:
             t0 = time.monotonic()
-            self.move(units[move.unit][2], move.dst)
+            self.move(units[move.unit][2], move.dst, optimizers)
             self._record(label, move.unit, move.src, move.dst, t0)
 
     def _record(self, label, unit, src: int, dst: int, t0: float) -> None:
@@ -494,13 +527,14 @@ class Rebalancer:
         move_variable(wrapper, dst, self._pool)
         self.strategy.placement_generation += 1
 
-    def move(self, variable, dst: int) -> None:
-        """Moves ``variable`` with its slots and accumulators to PS ``dst``; the placement's
-        records follow."""
+    def move(self, variable, dst: int, optimizers=()) -> None:
+        """Moves ``variable`` with its slots (in ``optimizers`` and the traced steps'
+        optimizers) and accumulators to PS ``dst``; the placement's records follow."""
         from tf_hetero.emulation.ps import ps_index
 
         tracer = self.coordinator.tracer
-        optimizers = list(dict.fromkeys(a.optimizer for a in tracer.accumulators))
+        optimizers = list(dict.fromkeys([*optimizers,
+                                         *(a.optimizer for a in tracer.accumulators)]))
         src = ps_index(variable.device)
         for w in related_variables(variable, optimizers, tracer.accumulators):
             self._move_one(w, dst)

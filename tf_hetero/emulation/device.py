@@ -363,6 +363,15 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
       The :class:`EmulatedDevice` (its ``tasks_per_worker()`` counts tasks per worker).
     """
     profile = Profile.from_env() if profile is None else Profile.parse(profile)
+    if (profile.emulates_ps or profile.link_mbps) and not model.built:
+        # A step's reads and pushes are sized from the model's variables when it is traced,
+        # before the model's first call would create them (TF's error said only that the
+        # weights were not created, from inside the trace).
+        raise ProfileError(
+            f"tf_hetero.emulate: profile {profile.spec()!r} emulates PS tasks or a link "
+            f"(ps_mbps, link), whose service is sized from the variables of model "
+            f"{model.name!r}, which has none yet. Fix: build the model before emulate (an "
+            "Input layer, input_shape= on its first layer, or model.build(input_shape)).")
     strategy = strategy or tf.distribute.get_strategy()
     if num_workers is None:
         num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
