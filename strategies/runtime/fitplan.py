@@ -33,7 +33,7 @@ import weakref
 
 from tf_hetero.patching import wrap_once
 
-__all__ = ["install", "plan_line", "note_plan", "take_plan"]
+__all__ = ["fit_model", "install", "plan_line", "note_plan", "take_plan"]
 
 
 def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_execution: int,
@@ -83,10 +83,27 @@ def note_plan(strategy, handler) -> None:
 
 
 def take_plan(strategy):
-    """The plan noted for ``strategy``'s next fit (once), or ``None``."""
+    """The plan noted for ``strategy``'s next fit (once), or ``None``. Called at each training
+    task: the fit's model noted with it (:func:`fit_model`) is forgotten too."""
     plan = getattr(strategy, "_fit_plan", None)
     strategy._fit_plan = None  # pylint: disable=protected-access
+    strategy._fit_model = None  # pylint: disable=protected-access
     return plan
+
+
+def fit_model(strategy):
+    """The model of the fit that is starting on ``strategy`` (its data handler made, its first
+    training task not yet scheduled), or ``None``.
+
+    >>> import types, weakref
+    >>> class Model: ...
+    >>> model, strategy = Model(), types.SimpleNamespace()
+    >>> strategy._fit_plan, strategy._fit_model = {"steps": 4}, weakref.ref(model)
+    >>> fit_model(strategy) is model, take_plan(strategy), fit_model(strategy)
+    (True, {'steps': 4}, None)
+    """
+    ref = getattr(strategy, "_fit_model", None)
+    return ref() if ref is not None else None
 
 
 def install() -> None:

@@ -316,8 +316,9 @@ class Rebalancer:
         0 after the trace (:meth:`_initial`)."""
         if self._initial_done or self.tasks or self.pending or self.scale_to is not None:
             return
-        ref = getattr(self.strategy, "_fit_model", None)
-        model = ref() if ref is not None else None
+        from tf_hetero.strategies.runtime import fitplan
+
+        model = fitplan.fit_model(self.strategy)
         if model is None or not model.built or not model.trainable_variables:
             return
         self._initial_done = True
