@@ -197,6 +197,10 @@ def test_functions_traced_before_a_move_read_the_moved_variable(cluster):
     np.testing.assert_allclose(total(), want_total, atol=1e-5)
     scheduled = strategy.coordinator.schedule(total).fetch()
     np.testing.assert_allclose(scheduled, want_total, atol=1e-5)
+    # The wrapped make_predict_function leaves other models alone: one made outside any
+    # strategy and built by predict itself.
+    plain = keras.Sequential([keras.layers.Dense(3)])
+    assert plain.predict(xv, verbose=0).shape == (B, 3)
 
 
 def test_rebalance_is_an_option_of_round_strategies_only(cluster):

@@ -88,9 +88,12 @@ def install() -> None:
 def _remade_after_moves(original):
     def make(self, force=False):
         # predict() under PSS sets the model's strategy to None while it runs (tf_keras
-        # training.py); the variables still know theirs.
-        strategy = getattr(self, "_distribution_strategy", None) or next(
-            (getattr(v, "_distribute_strategy", None) for v in self.weights[:1]), None)
+        # training.py); the variables still know theirs. An unbuilt model has none (and its
+        # weights raise): nothing of it can have moved.
+        strategy = getattr(self, "_distribution_strategy", None)
+        if strategy is None and self.built:
+            strategy = next((getattr(v, "_distribute_strategy", None)
+                             for v in self.weights[:1]), None)
         generation = getattr(strategy, "placement_generation", 0)
         made = self.__dict__.setdefault("_tf_hetero_generations", {})
         if made.get(original.__name__, 0) != generation:
