@@ -110,6 +110,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         #: sends outside the emulated step (H-PS's buffers) ask them for service.
         self.ps_servers = None
         self.dataset_batch = None  # sized tasks: the workers' dataset batch size, once seen
+        self._whole_batches = 0  # > 0: datasets distributed now stay in batches (granules.py)
         #: Goes up with every variable moved to another PS (rebalancing, scale_ps): tf_keras
         #: functions made before then are made again (strategies/runtime/rebalance.py).
         self.placement_generation = 0
@@ -192,7 +193,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
 
     # ----------------------------------------------------- sized tasks' data
     def distribute_datasets_from_function(self, dataset_fn, options=None):
-        if self._hetero_config.granule is None:
+        if self._hetero_config.granule is None or getattr(self, "_whole_batches", 0):
             return super().distribute_datasets_from_function(dataset_fn, options)
 
         def granular(input_context):
@@ -201,7 +202,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         return super().distribute_datasets_from_function(granular, options)
 
     def experimental_distribute_dataset(self, dataset, options=None):
-        if self._hetero_config.granule is not None:
+        if self._hetero_config.granule is not None and not getattr(self, "_whole_batches", 0):
             dataset = self._granulate(dataset)
         return super().experimental_distribute_dataset(dataset, options)
 
@@ -216,12 +217,31 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         if global_batch % c.granule:
             raise ValueError(f"{type(self).__name__}(global_batch={global_batch}) is not a "
                              f"multiple of granularity={c.granule}.")
+        if self.dataset_batch is not None and self.dataset_batch != batch:
+            # Said, not silent: evaluation data made this way would change training's rounds.
+            print(f"[tf-hetero] {type(self).__name__}: a dataset of batch {batch} was "
+                  f"distributed after one of batch {self.dataset_batch}; rounds now cover "
+                  f"{global_batch} samples. If it is evaluation data (a custom loop's), make "
+                  "it inside `with strategy.whole_batches():`.", flush=True)
         #: The dataset's batch size: emulated device time is per such batch (tf_hetero.emulate).
         self.dataset_batch = batch
         # A round covers global_batch / batch of fit's steps whoever runs it (the steps
         # beyond its tasks are absorbed): a fit of S steps reads S batches.
         c.assign.set_units(global_batch // c.granule, batch // c.granule)
         return dataset
+
+    def whole_batches(self):
+        """A context in which the datasets this strategy distributes stay in whole batches
+        (sized strategies re-batch the others into granules, and take the rounds' global
+        batch from them). ``evaluate``, ``predict`` and ``fit``'s validation use it already;
+        a custom loop makes its evaluation data inside it::
+
+            with strategy.whole_batches():
+                eval_data = coordinator.create_per_worker_dataset(eval_dataset_fn)
+        """
+        from tf_hetero.strategies.runtime.granules import whole_batches
+
+        return whole_batches(self)
 
     def shutdown(self) -> None:
         """Stops this strategy's coordinator threads (workers, engine ticker): call it when

@@ -42,7 +42,8 @@ def _data(seed=0):
             rng.integers(0, 3, (N, SAMPLES)))
 
 
-def _fit(strategy, rounds, optimizer="sgd", profile="slow=2:3;base_ms=40", callbacks=()):
+def _fit(strategy, rounds, optimizer="sgd", profile="slow=2:3;base_ms=40", callbacks=(),
+         **fit_kw):
     import tensorflow as tf
     import tf_keras as keras
 
@@ -61,8 +62,10 @@ def _fit(strategy, rounds, optimizer="sgd", profile="slow=2:3;base_ms=40", callb
         model.compile(_optimizer(optimizer), small.loss())
     if profile:
         tf_hetero.emulate(model, profile, strategy=strategy)
-    model.fit(keras.utils.experimental.DatasetCreator(fn), epochs=1,
-              steps_per_epoch=rounds * N, verbose=0, callbacks=list(callbacks))
+    history = model.fit(keras.utils.experimental.DatasetCreator(fn), verbose=0,
+                        callbacks=list(callbacks),
+                        **{"epochs": 1, "steps_per_epoch": rounds * N, **fit_kw})
+    model.tf_hetero_history = history
     return model, x, y
 
 
@@ -99,6 +102,36 @@ def test_sized_rounds_equal_one_step_on_the_global_batch(cluster, optimizer):
     for got, want in zip(model.get_weights(), _reference(engine, x, y, optimizer)):
         np.testing.assert_allclose(got, want, atol=1e-5)
     assert strategy.monitor.summary()["pushes"] == rounds * N  # one push per worker per round
+
+
+def test_validation_reads_whole_batches_and_leaves_the_rounds_alone(cluster):
+    """``fit``'s validation and ``evaluate`` under a sized strategy read whole batches, and
+    the validation data's batch (twice the training batch here) does not become the rounds'
+    global batch. Re-batched into granules, validation read the first granule of each batch
+    and the rounds after epoch 1 took twice the samples."""
+    import tensorflow as tf
+
+    import tf_hetero
+
+    rounds = 6
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, granularity=GRANULE, memory_budget=UNEVEN)
+    rng = np.random.default_rng(1)
+    xv = rng.normal(size=(2 * BATCH, 5)).astype("float32")
+    yv = rng.integers(0, 3, 2 * BATCH)
+    val = tf.data.Dataset.from_tensors((xv, yv)).repeat()  # every batch the same
+    model, x, y = _fit(strategy, rounds, epochs=2, steps_per_epoch=rounds * N // 2,
+                       validation_data=val, validation_steps=1)
+    engine = strategy.engine
+    assert len(engine.rounds) == rounds
+    assert [sum(t.size for t in r.tasks) for r in engine.rounds] == [N * BATCH // GRANULE] * rounds
+    for got, want in zip(model.get_weights(), _reference(engine, x, y, "sgd")):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    plain = small.model()
+    plain.compile(_optimizer("sgd"), small.loss())
+    plain.set_weights(model.get_weights())
+    want = plain.evaluate(xv, yv, batch_size=2 * BATCH, verbose=0)
+    np.testing.assert_allclose(model.tf_hetero_history.history["val_loss"][-1], want, atol=1e-5)
+    np.testing.assert_allclose(model.evaluate(val, steps=1, verbose=0), want, atol=1e-5)
 
 
 def test_sized_shares_follow_measured_speed(cluster):

@@ -22,7 +22,7 @@ import tensorflow as tf
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
 from tf_hetero.engine import RoundEngine
-from tf_hetero.strategies.runtime import callbacks, fitplan, watchdog, workers
+from tf_hetero.strategies.runtime import callbacks, fitplan, granules, watchdog, workers
 from tf_hetero.strategies.runtime.divergence import LossWatch
 from tf_hetero.strategies.runtime.accumulate import NO_ROUND, patch_lock
 from tf_hetero.strategies.runtime.applier import ChiefApplier
@@ -57,6 +57,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.rebalancer = None
         self.stopped = False  # shutdown() was called: the ticker ends, nothing is scheduled
         fitplan.install()  # each fit's first step says how many updates the fit makes
+        granules.install()  # evaluation data stays in whole batches (sized strategies)
         callbacks.install()  # a callback that cannot run under PSS fails before the fit
         self.tracer = StepTracer(self)
         self.applier = ChiefApplier(self)
