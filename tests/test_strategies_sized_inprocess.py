@@ -134,6 +134,34 @@ def test_validation_reads_whole_batches_and_leaves_the_rounds_alone(cluster):
     np.testing.assert_allclose(model.evaluate(val, steps=1, verbose=0), want, atol=1e-5)
 
 
+def test_a_dataset_of_another_batch_is_said_and_whole_batches_leave_the_rounds_alone(
+        cluster, capsys):
+    """Outside ``whole_batches()`` a dataset of another batch sets the rounds' global batch,
+    and says so in one line; inside it, it is left in whole batches and changes nothing."""
+    import tensorflow as tf
+
+    import tf_hetero
+
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, granularity=GRANULE)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    rows = tf.data.Dataset.from_tensor_slices(np.zeros((64, 5), "float32")).repeat()
+
+    def distribute(batch):
+        dataset = strategy.experimental_distribute_dataset(rows.batch(batch, drop_remainder=True))
+        coordinator.create_per_worker_dataset(dataset)
+        return dataset.element_spec.shape[0]
+
+    capsys.readouterr()
+    assert distribute(BATCH) == GRANULE and strategy.dataset_batch == BATCH
+    assert "was distributed after" not in capsys.readouterr().out
+    with strategy.whole_batches():
+        assert distribute(2 * BATCH) == 2 * BATCH  # whole batches
+    assert strategy.dataset_batch == BATCH and "was distributed after" not in capsys.readouterr().out
+    assert distribute(2 * BATCH) == GRANULE and strategy.dataset_batch == 2 * BATCH
+    out = capsys.readouterr().out
+    assert f"a dataset of batch {2 * BATCH} was distributed after one of batch {BATCH}" in out
+
+
 def test_sized_shares_follow_measured_speed(cluster):
     """Without budgets, the 4x slow worker gets the smallest share once measured. Judged on
     the last rounds: a stall of the whole in-process cluster early in the fit inflates every
