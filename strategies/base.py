@@ -193,7 +193,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
 
     # ----------------------------------------------------- sized tasks' data
     def distribute_datasets_from_function(self, dataset_fn, options=None):
-        if self._hetero_config.granule is None or getattr(self, "_whole_batches", 0):
+        if self._hetero_config.granule is None or self._whole_batches:
             return super().distribute_datasets_from_function(dataset_fn, options)
 
         def granular(input_context):
@@ -202,7 +202,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         return super().distribute_datasets_from_function(granular, options)
 
     def experimental_distribute_dataset(self, dataset, options=None):
-        if self._hetero_config.granule is not None and not getattr(self, "_whole_batches", 0):
+        if self._hetero_config.granule is not None and not self._whole_batches:
             dataset = self._granulate(dataset)
         return super().experimental_distribute_dataset(dataset, options)
 

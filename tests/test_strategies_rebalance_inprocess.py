@@ -152,10 +152,10 @@ def test_a_move_that_makes_rounds_slower_is_undone_and_loses_nothing(cluster):
 def test_functions_traced_before_a_move_read_the_moved_variable(cluster):
     """``predict`` and ``evaluate`` traced before a move, and ``fit``'s validation after
     one, read the moved variable's current value, not the value it had when it moved:
-    tf_keras traces them under ``cache_variable_reads``, which captures the inner variable,
-    so they are made again once the placement changed. A ``tf.function`` of the user's
-    traced before the move reads it where it is now (TF resolves the wrapper at each
-    call)."""
+    tf_keras's functions made before the move held the old inner variable's handle, so they
+    are made again once the placement changed. A ``tf.function`` of the user's traced
+    before the move, on the chief or scheduled, reads it where it is now (why it differs
+    from tf_keras's: not found, docs/TF_INTERNALS.md)."""
     import tensorflow as tf
     import tf_keras as keras
 

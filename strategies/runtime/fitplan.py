@@ -33,7 +33,7 @@ import weakref
 
 from tf_hetero.patching import wrap_once
 
-__all__ = ["fit_model", "install", "plan_line", "note_plan", "take_plan"]
+__all__ = ["fit_model", "fits_handler", "install", "plan_line", "note_plan", "take_plan"]
 
 
 def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_execution: int,
@@ -106,6 +106,17 @@ def fit_model(strategy):
     return ref() if ref is not None else None
 
 
+def fits_handler(kwargs) -> bool:
+    """Is a ``get_data_handler`` call with these keyword arguments fit's own (its training
+    data)? Only fit passes ``shuffle=`` (tf_keras ``training.py``): the handlers of
+    ``evaluate``, ``predict`` and fit's validation are made without it.
+
+    >>> fits_handler({"shuffle": True, "epochs": 2}), fits_handler({"epochs": 1})
+    (True, False)
+    """
+    return "shuffle" in kwargs
+
+
 def install() -> None:
     """Wraps tf_keras's ``get_data_handler`` (once per process) so that a handler built for
     a model under a tf-hetero strategy notes its plan on the strategy."""
@@ -119,11 +130,9 @@ def _noting_data_handler(original):
         handler = original(*args, **kwargs)
         model = kwargs.get("model")
         strategy = getattr(model, "distribute_strategy", None)
-        # Only fit's own handler passes shuffle (tf_keras training.py): evaluate's, predict's
-        # and fit's validation handler do not. Their plan would be taken by the next
-        # training task, which printed a second fit line at epoch 2 of a fit with
-        # validation_data and reset its divergence watch.
-        if hasattr(strategy, "_hetero_config") and "shuffle" in kwargs:
+        # Not the validation handler's plan: the next training task would take it (a second
+        # fit line at epoch 2 of a fit with validation_data, its divergence watch reset).
+        if hasattr(strategy, "_hetero_config") and fits_handler(kwargs):
             note_plan(strategy, handler)
             # Rebalancing's decision 0 places the model's variables before the first trace.
             strategy._fit_model = weakref.ref(model)  # pylint: disable=protected-access

@@ -17,6 +17,7 @@ import contextlib
 import tensorflow as tf
 
 from tf_hetero.patching import wrap_once
+from tf_hetero.strategies.runtime.fitplan import fits_handler
 
 __all__ = ["granulate", "GranuleIterator", "install", "is_iterator", "whole_batches"]
 
@@ -27,7 +28,7 @@ def whole_batches(strategy):
     re-batched into granules, and they do not set the rounds' global batch (the strategy's
     ``distribute_datasets_from_function`` / ``experimental_distribute_dataset``). For
     evaluation data: a step that is not a training task reads one element per ``next``."""
-    strategy._whole_batches = getattr(strategy, "_whole_batches", 0) + 1  # pylint: disable=protected-access
+    strategy._whole_batches += 1  # pylint: disable=protected-access
     try:
         yield
     finally:
@@ -43,8 +44,7 @@ def install() -> None:
     batch (a fit with a validation batch twice its training batch doubled its rounds after
     the first validation). tf_keras makes the data handler's per-worker dataset while the
     handler is built (``data_adapter._ClusterCoordinatorDataHandler``), so the distribution
-    happens inside the call; only fit's own handler is made with ``shuffle=``
-    (``training.py``)."""
+    happens inside the call (fit's own handler: :func:`fitplan.fits_handler`)."""
     from tf_keras.src.engine import data_adapter
 
     wrap_once(data_adapter, "get_data_handler", _evaluation_in_whole_batches)
@@ -54,7 +54,7 @@ def _evaluation_in_whole_batches(original):
     def get_data_handler(*args, **kwargs):
         strategy = getattr(kwargs.get("model"), "distribute_strategy", None)
         if getattr(getattr(strategy, "_hetero_config", None), "granule", None) is None \
-                or "shuffle" in kwargs:
+                or fits_handler(kwargs):
             return original(*args, **kwargs)
         with whole_batches(strategy):
             return original(*args, **kwargs)

@@ -59,6 +59,7 @@ import time
 import weakref
 
 from tf_hetero.patching import wrap_once
+from tf_hetero.strategies.runtime import fitplan
 from tf_hetero.telemetry import psload
 
 # TensorFlow is imported where a variable is touched: the boundary logic runs (and is
@@ -319,8 +320,6 @@ class Rebalancer:
         0 after the trace (:meth:`_initial`)."""
         if self._initial_done or self.tasks or self.pending or self.scale_to is not None:
             return
-        from tf_hetero.strategies.runtime import fitplan
-
         model = fitplan.fit_model(self.strategy)
         if model is None or not model.built or not model.trainable_variables:
             return
