@@ -373,6 +373,20 @@ def test_decision_0_moves_on_the_probed_rates_which_later_decisions_keep_using()
     assert equal.decide(units, [0.2, 0.2], **window) != []  # equal rates: evens the bytes
 
 
+def test_decision_0_says_how_far_whole_variables_are_from_an_even_spread():
+    """Two 64 KB kernels, PS 1 3x slower: decision 0 puts both on PS 0, which then serves
+    1.33x an even share (no placement of two whole kernels does better), and names the
+    largest unit. The same kernels in 8 shards each spread to within 5%."""
+    c = RebalanceController()
+    c.bind(2)
+    c.initial({"k0": (1, 64000), "k1": (1, 64000), "b": (0, 800)}, _PROBED, 4)
+    assert c.initial_decision["gap"] == pytest.approx(128000 / (128800 * 3 / 4))
+    assert c.initial_decision["largest"] == "k0"
+    shards = {f"k{k}/part_{i}": (1, 8000) for k in range(2) for i in range(8)}
+    c.initial({**shards, "b": (0, 800)}, _PROBED, 4)
+    assert c.initial_decision["gap"] <= 1.05
+
+
 def test_decision_0_is_withheld_when_its_saving_does_not_pay_the_retrace():
     """The kernel on the fast PS: the greedy rule would still move a bias to the slow PS
     (~1 ms a round saved), the re-trace costs 0.5 s; nothing moves. Without the check (or

@@ -149,6 +149,72 @@ def test_a_move_that_makes_rounds_slower_is_undone_and_loses_nothing(cluster):
         src, dst)
 
 
+def test_a_shard_moves_alone_and_the_fit_loses_nothing(cluster):
+    """Under ``variable_partitioner`` the optimizer trains each shard as a variable of its
+    own, so a shard is a unit of rebalancing: one shard of the first kernel moves to the
+    other PS after 2 of 4 rounds (its sibling stays), its momentum slot and accumulator go
+    with it, and the fit still equals large-batch SGD on a plain model (the kernel read
+    whole, its shards concatenated)."""
+    import tensorflow as tf
+    import tf_keras as keras
+    from tensorflow.python.distribute.sharded_variable import ShardedVariable
+
+    import tf_hetero
+    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.rebalance import Move, RebalanceController
+
+    class MoveOneShard(RebalanceController):
+        """Moves the first kernel's first shard to the other PS at its first decision."""
+
+        def decide(self, units, round_times, **kw):
+            self.decisions += 1
+            if self.decisions > 1:
+                return []
+            name = next(n for n in units if "part_0" in n and "kernel" in n)
+            return [Move(name, units[name][0], 1 - units[name][0])]
+
+    rounds = 4
+    x, y = _data(rounds)
+    partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(2)
+    strategy = tf_hetero.BSPStrategy(cluster.resolver, partitioner, rebalance=MoveOneShard(
+        window=2, explore=0.0, skip_first=0))
+    with strategy.scope():
+        model = _small_model()
+        model.compile(_optimizers()["sgd_momentum"](), _loss())
+    kernel = model.layers[0].kernel
+    assert isinstance(kernel, ShardedVariable) and len(kernel.variables) == 2
+    shard, sibling = kernel.variables
+    before = [ps_index(shard.device), ps_index(sibling.device)]
+
+    def whole(m):  # every layer's kernel and bias, shards concatenated
+        return [tf.convert_to_tensor(w).numpy() for layer in m.layers
+                for w in (layer.kernel, layer.bias)]
+
+    initial = whole(model)  # each shard was initialized on its own: start the reference there
+    _fit_rounds(model, x, y, rounds)
+
+    (_, unit, src, dst, _), = strategy.rebalancer.moves
+    assert unit == shard.name and src == before[0] != dst == ps_index(shard.device)
+    assert ps_index(sibling.device) == before[1]  # the other shard stayed
+    # The optimizer lists a sharded variable's slots as one ShardedVariable.
+    slots = [s for v in _optimizer_variables(model.optimizer)
+             for s in getattr(v, "variables", [v]) if unit.split(":")[0] in s.name]
+    assert slots and all(ps_index(s.device) == dst for s in slots), [s.device for s in slots]
+    accs = [a.acc[a.index_of(shard)] for a in strategy.coordinator.tracer.accumulators
+            if a.covers([shard])]
+    assert accs and all(ps_index(a.device) == dst for a in accs)
+
+    reference = _small_model()
+    reference.compile(_optimizers()["sgd_momentum"](), _loss())
+    reference.set_weights(initial)
+    xs, ys = x.reshape(rounds, N, B, 5), y.reshape(rounds, N, B)
+    for k in range(rounds):
+        reference.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
+    for got, want in zip(whole(model), reference.get_weights()):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    assert int(model.optimizer.iterations.numpy()) == rounds
+
+
 def test_functions_traced_before_a_move_read_the_moved_variable(cluster):
     """``predict`` and ``evaluate`` traced before a move, and ``fit``'s validation after
     one, read the moved variable's current value, not the value it had when it moved:
@@ -236,7 +302,7 @@ def _fit_rounds(model, x, y, rounds, **kw):
 
 @pytest.mark.parametrize("built", [True, False])
 def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_round(
-        cluster, built, monkeypatch):
+        cluster, built, monkeypatch, capsys):
     """With emulated PS tasks the rebalancer times each PS's service before the first task
     (``EmulatedServers.probe``) and hands it to the controller's decision 0. Its moves are
     made before the first round opens (variables, slots and accumulators on the new PS), the
@@ -276,11 +342,16 @@ def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_roun
         _fit_rounds(model, x, y, rounds)
         totals = servers.totals()
         assert totals["requests"] == [2 * N * rounds] * 2  # training's only
+        # This model's four variables cannot be spread evenly at rates 1 : 1/3: said.
+        said = "whole variables cannot be spread finer" in capsys.readouterr().out
+        assert said == probe
         if not probe:
             assert not seen and strategy.rebalancer.moves == [] and _kernel_ps(model) == before
             continue
         (probed, steps_per_round, pause_s), = seen
-        assert len(probed) == 2 and all(u > 0 and c >= 0 for u, c in probed)
+        # Timed figures (a loaded machine can time the small request longer than the large
+        # one: per byte 0, seen with another process busy); the controller above ignores them.
+        assert len(probed) == 2 and all(u >= 0 and c >= 0 for u, c in probed)
         assert steps_per_round == N
         retraces = strategy.rebalancer.retrace_s
         if built:  # before the first trace: nothing to trace again

@@ -73,6 +73,10 @@ CHECKPOINT_KEY = "tf_hetero_placement"
 #: Seconds a boundary waits for the rounds in flight before giving up with an error.
 BOUNDARY_TIMEOUT_S = 600.0
 
+#: Decision 0 says the units are too coarse when the busiest PS is left above this share of
+#: an even spread (the placement target of issue 14 is max/mean <= 1.05).
+GAP_TO_SAY = 1.05
+
 
 def install() -> None:
     """Wraps tf_keras's ``make_test_function`` and ``make_predict_function`` (once per
@@ -354,13 +358,29 @@ class Rebalancer:
             {k: (ps, load) for k, (ps, load, _) in units.items()}, probed,
             steps_per_round=self.engine.num_workers, pause_s=pause_s)
         self._make(moves, units, 0, optimizers)
-        if not moves:
-            return False
-        rates = " : ".join(f"{r:.2f}" for r in self.controller.rates)
-        print(f"[tf-hetero] rebalance: PS service rates measured {rates}; moved {len(moves)} "
-              "variables before the first round (decision 0: "
-              "strategy.rebalancer.controller.initial_decision).", flush=True)
-        return True
+        if moves:
+            rates = " : ".join(f"{r:.2f}" for r in self.controller.rates)
+            print(f"[tf-hetero] rebalance: PS service rates measured {rates}; moved "
+                  f"{len(moves)} variables before the first round (decision 0: "
+                  "strategy.rebalancer.controller.initial_decision).", flush=True)
+        self._say_gap(units)
+        return bool(moves)
+
+    def _say_gap(self, units: dict) -> None:
+        """Says, once, when decision 0 leaves the PS load uneven because the units are too
+        coarse (``RebalanceController.gap`` above :data:`GAP_TO_SAY`), and the fix."""
+        decision = self.controller.initial_decision or {}
+        gap, largest = decision.get("gap"), decision.get("largest")
+        if gap is None or gap <= GAP_TO_SAY or largest not in units:
+            return
+        partitioner = getattr(self.strategy.extended, "_variable_partitioner", None)
+        fix = ("a finer variable_partitioner" if partitioner is not None else
+               "a variable_partitioner (e.g. tf.distribute.experimental.partitioners."
+               "MinSizePartitioner(min_shard_bytes=...))")
+        print(f"[tf-hetero] rebalance: after decision 0 the busiest PS still serves {gap:.2f}x "
+              "an even share of the load at the measured rates: whole variables cannot be "
+              f"spread finer (largest: {largest}, {units[largest][1]:,.0f} B per step). "
+              f"Give the strategy {fix}: shards are placed and moved one by one.", flush=True)
 
     def retrace(self, fn, args, kwargs, submitted: int):
         """After a move: drops the functions traced on the old placement and traces the

@@ -381,16 +381,47 @@ class RebalanceController:
             return max(load * u + (2 * p[1] if load > 0 else 0.0)
                        for load, u, p in zip(self._loads(placement), per_byte, probed))
 
-        before = service(units)
+        before, placed = service(units), dict(units)
         moves = self._greedy(units, self.rates)
         saving = max(0.0, before - service(units)) * steps_per_round
         entry["saving_s"] = saving
+        # How even the placement the fit starts with is (coarse units: a partitioner helps).
+        entry["gap"], entry["largest"] = self.gap(units, self.rates)
         if (moves and self.payback_rounds is not None and pause_s is not None
                 and saving * self.payback_rounds < pause_s):
             entry["withheld"] = True
+            entry["gap"], entry["largest"] = self.gap(placed, self.rates)
             return []
         entry["moves"] = [dataclasses.astuple(m) for m in moves]
         return moves
+
+    def gap(self, units: Mapping[str, tuple[int, float]],
+            rates: Sequence[float]) -> tuple[float | None, str | None]:
+        """How far ``units`` (placed as given) are from an even spread of their load over
+        the active PS tasks at ``rates``: the largest load per rate over the total load per
+        total rate (1.0: even; ``None``: no load), and the largest unit's name. Whole
+        variables can be placed no closer than their sizes allow; a ratio well above 1
+        after the greedy moves says the units are too coarse (give the strategy a
+        ``variable_partitioner``: shards are placed and moved one by one).
+
+        >>> c = RebalanceController(); c.bind(2)
+        >>> units = {"k0": (0, 64000), "k1": (1, 64000), "b": (1, 800)}
+        >>> gap, largest = c.gap(units, (1.0, 1.0))     # two equal kernels: even
+        >>> round(gap, 3), largest
+        (1.006, 'k0')
+        >>> units = {"k0": (0, 128000), "b": (1, 800)}
+        >>> round(c.gap(units, (1.0, 1 / 3))[0], 3)     # one kernel, PS 1 3x slower
+        1.325
+        """
+        active = [p for p in self.active if 0 <= p < len(rates)] or list(range(len(rates)))
+        loads = self._loads(units)
+        total = sum(loads[p] for p in active)
+        if not units or total <= 0:
+            return None, None
+        even = total / sum(rates[p] for p in active)
+        worst = max(loads[p] / rates[p] for p in active)
+        largest = max(units, key=lambda name: units[name][1])  # the first of equals
+        return worst / even, largest
 
     def _greedy(self, units: dict, rates: Sequence[float]) -> list[Move]:
         """Greedy moves (never random) while the estimate improves; ``units`` follows them."""
