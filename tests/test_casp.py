@@ -242,6 +242,31 @@ def test_the_sized_agent_keeps_a_straggler_inside_its_community():
     assert ActorCritic.load(SIZED_WEIGHTS).meta["sized"] == 1
 
 
+def test_the_default_training_draws_are_the_shipped_agents_and_mild_spreads_are_opt_in():
+    """``train`` must keep reproducing the shipped agents: the default distribution draws
+    as it did when they were trained (the first draws of the validation seed are pinned).
+    The "mild" kind comes only with ``kinds=8``: every worker within 1.5x of the fastest,
+    which is at 1."""
+    from tf_hetero.emulation.profile import Profile
+    from tf_hetero.sim.casp_env import KINDS, training_profile
+
+    rng = np.random.default_rng(12345)
+    assert [training_profile(rng) for _ in range(3)] == [
+        (6, "change=4@59:2.0;seed=391"), (8, "classes=a:4@1,b:4@2.0;seed=732"),
+        (6, "seed=697")]
+    rng = np.random.default_rng(0)
+    assert not any("slowdowns=" in training_profile(rng)[1] for _ in range(200))
+    rng = np.random.default_rng(0)
+    mild = [(n, spec) for n, spec in (training_profile(rng, kinds=len(KINDS))
+                                      for _ in range(200)) if "slowdowns=" in spec]
+    assert mild
+    for n, spec in mild:
+        factors = Profile.parse(spec).constant_slowdowns(n)
+        assert min(factors) == 1.0 and max(factors) <= 1.5, spec
+    with pytest.raises(ValueError, match="need 8 weights"):
+        training_profile(rng, kind_weights=[1] * 7)
+
+
 def test_the_shipped_weights_are_in_the_package():
     import tomllib
 

@@ -6,7 +6,8 @@
 
 ``train``: A3C (:class:`~tf_hetero.policies.community.A3C`, ``--learners`` interleaved
 learners, each with its own :class:`~tf_hetero.sim.casp_env.SimEnv`) over the training
-distribution of profiles; writes the weights (default: the package's
+distribution of profiles (``--mild``: with the mild-spread kind too; off by default,
+docs/CASP.md); writes the weights (default: the package's
 ``resources/casp_agent.npz``) and ``training.json``/``training.png`` (return per episode,
 moving average, the agent's mean ``k``) under ``--out-dir``.
 
@@ -36,13 +37,15 @@ RESULTS = os.path.join("benchmarks", "results", "casp")
 
 def train(episodes: int, learners: int, horizon_s: float, seed: int, every: int, lr: float,
           weights: str, out_dir: str, gamma: float = 0.95, entropy: float = 0.02,
-          kind_weights=None, progress: str = "loss", sized: bool = False, log=print) -> dict:
+          kind_weights=None, progress: str = "loss", sized: bool = False, log=print,
+          kinds: int | None = None) -> dict:
     from tf_hetero.policies.community import A3C, MAX_K, STATE_SIZE, ActorCritic
     from tf_hetero.sim import costs as costs_module
-    from tf_hetero.sim.casp_env import SimEnv, training_profile
+    from tf_hetero.sim.casp_env import DEFAULT_KINDS, SimEnv, training_profile
 
     costs = costs_module.load(None)
-    profiles = lambda rng: training_profile(rng, kind_weights)  # noqa: E731
+    kinds = kinds or DEFAULT_KINDS
+    profiles = lambda rng: training_profile(rng, kind_weights, kinds)  # noqa: E731
     net = ActorCritic(STATE_SIZE, MAX_K, hidden=32, seed=seed)
     envs = [SimEnv(costs, seed=seed * 100 + i, horizon_s=horizon_s, every=every,
                    profiles=profiles, progress=progress, sized=sized)
@@ -67,11 +70,12 @@ def train(episodes: int, learners: int, horizon_s: float, seed: int, every: int,
         e.close()
     net.save(weights, episodes=episodes, learners=learners, horizon_s=horizon_s, seed=seed,
              every=every, gamma=gamma, entropy=entropy, wall_s=time.time() - t0,
-             kind_weights=str(kind_weights), progress=progress, sized=int(sized))
+             kind_weights=str(kind_weights), progress=progress, sized=int(sized), kinds=kinds)
     os.makedirs(out_dir, exist_ok=True)
     record = {"episodes": episodes, "learners": learners, "horizon_s": horizon_s,
               "seed": seed, "every": every, "lr": lr, "gamma": gamma, "entropy": entropy,
-              "kind_weights": kind_weights, "progress": progress, "sized": sized,
+              "kind_weights": kind_weights, "kinds": kinds, "progress": progress,
+              "sized": sized,
               "wall_s": time.time() - t0,
               "updates": agent.updates, "history": rows,
               "losses_every": 10, "losses": agent.losses[::10]}
@@ -261,16 +265,17 @@ def eval_table(rows, strategies, seeds, rounds) -> str:
 
 def validate(weights: str | None, profiles: int = 24, seed: int = 12345,
              strategies=("casp", "bsp", "grouped2"), rounds: int = 80,
-             path: str | None = None, sized: bool = False, log=print) -> dict:
+             path: str | None = None, sized: bool = False, log=print,
+             kinds: int | None = None) -> dict:
     """Time to target over ``profiles`` profiles of the *training* distribution (a seed no
     learner used): to choose between agents without looking at the held-out set. Writes
     ``path`` (JSON) if given."""
     from tf_hetero.sim import costs as costs_module
-    from tf_hetero.sim.casp_env import training_profile
+    from tf_hetero.sim.casp_env import DEFAULT_KINDS, training_profile
 
     costs = costs_module.load(None)
     rng = np.random.default_rng(seed)
-    drawn = [training_profile(rng) for _ in range(profiles)]
+    drawn = [training_profile(rng, kinds=kinds or DEFAULT_KINDS) for _ in range(profiles)]
     figures = {"weights": weights, "profiles": drawn}
     for name in strategies:
         times = [_run(name, n, spec, 0, rounds, costs, weights, sized)["time_to_target_s"]
@@ -289,6 +294,7 @@ def validate(weights: str | None, profiles: int = 24, seed: int = 12345,
 
 def main(argv=None) -> int:
     from tf_hetero.policies.community import shipped_weights
+    from tf_hetero.sim.casp_env import KINDS
 
     sized_help = ("communities with per-member batch sizes (CASPStrategy(batch_sizes=True)); "
                   "train: writes the sized agent (default weights "
@@ -329,6 +335,10 @@ def main(argv=None) -> int:
     v.add_argument("--json", default=None, help="write the figures here")
     for parser in (t, e, v):
         parser.add_argument("--sized", action="store_true", help=sized_help)
+    for parser in (t, v):
+        parser.add_argument("--mild", action="store_true",
+                            help="also draw the 'mild' kind of profile (workers 1.1-1.5x "
+                                 "apart; not in the shipped agents' training, docs/CASP.md)")
     a = p.parse_args(argv)
     if a.cmd in ("train", "eval"):  # validate writes only --json
         out_dir = a.out_dir or (os.path.join(RESULTS, "sized") if a.sized else RESULTS)
@@ -338,10 +348,10 @@ def main(argv=None) -> int:
         train(a.episodes, a.learners, horizon, a.seed, a.every, a.lr, weights, out_dir,
               a.gamma, a.entropy,
               None if a.kind_weights is None else [float(x) for x in a.kind_weights.split(",")],
-              a.progress, a.sized)
+              a.progress, a.sized, kinds=len(KINDS) if a.mild else None)
     elif a.cmd == "validate":
         validate(a.weights, a.profiles, strategies=tuple(a.strategies.split(",")),
-                 path=a.json, sized=a.sized)
+                 path=a.json, sized=a.sized, kinds=len(KINDS) if a.mild else None)
     else:
         evaluate(a.seeds, a.rounds, a.weights, out_dir, tuple(a.strategies.split(",")),
                  a.sized)
