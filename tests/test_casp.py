@@ -245,10 +245,10 @@ def test_the_sized_agent_keeps_a_straggler_inside_its_community():
 def test_the_default_training_draws_are_the_shipped_agents_and_mild_spreads_are_opt_in():
     """``train`` must keep reproducing the shipped agents: the default distribution draws
     as it did when they were trained (the first draws of the validation seed are pinned).
-    The "mild" kind comes only with ``kinds=8``: every worker within 1.5x of the fastest,
+    The "mild" kind comes only with ``mild``: every worker within 1.5x of the fastest,
     which is at 1."""
     from tf_hetero.emulation.profile import Profile
-    from tf_hetero.sim.casp_env import KINDS, training_profile
+    from tf_hetero.sim.casp_env import training_profile
 
     rng = np.random.default_rng(12345)
     assert [training_profile(rng) for _ in range(3)] == [
@@ -257,7 +257,7 @@ def test_the_default_training_draws_are_the_shipped_agents_and_mild_spreads_are_
     rng = np.random.default_rng(0)
     assert not any("slowdowns=" in training_profile(rng)[1] for _ in range(200))
     rng = np.random.default_rng(0)
-    mild = [(n, spec) for n, spec in (training_profile(rng, kinds=len(KINDS))
+    mild = [(n, spec) for n, spec in (training_profile(rng, mild=True)
                                       for _ in range(200)) if "slowdowns=" in spec]
     assert mild
     for n, spec in mild:

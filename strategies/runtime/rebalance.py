@@ -371,7 +371,7 @@ class Rebalancer:
         coarse (``RebalanceController.gap`` above :data:`GAP_TO_SAY`), and the fix."""
         decision = self.controller.initial_decision or {}
         gap, largest = decision.get("gap"), decision.get("largest")
-        if gap is None or gap <= GAP_TO_SAY or largest not in units:
+        if gap is None or gap <= GAP_TO_SAY:
             return
         partitioner = getattr(self.strategy.extended, "_variable_partitioner", None)
         fix = ("a finer variable_partitioner" if partitioner is not None else

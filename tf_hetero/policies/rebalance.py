@@ -385,12 +385,12 @@ class RebalanceController:
         moves = self._greedy(units, self.rates)
         saving = max(0.0, before - service(units)) * steps_per_round
         entry["saving_s"] = saving
+        withheld = bool(moves and self.payback_rounds is not None and pause_s is not None
+                        and saving * self.payback_rounds < pause_s)
         # How even the placement the fit starts with is (coarse units: a partitioner helps).
-        entry["gap"], entry["largest"] = self.gap(units, self.rates)
-        if (moves and self.payback_rounds is not None and pause_s is not None
-                and saving * self.payback_rounds < pause_s):
+        entry["gap"], entry["largest"] = self.gap(placed if withheld else units, self.rates)
+        if withheld:
             entry["withheld"] = True
-            entry["gap"], entry["largest"] = self.gap(placed, self.rates)
             return []
         entry["moves"] = [dataclasses.astuple(m) for m in moves]
         return moves
@@ -413,7 +413,7 @@ class RebalanceController:
         >>> round(c.gap(units, (1.0, 1 / 3))[0], 3)     # one kernel, PS 1 3x slower
         1.325
         """
-        active = [p for p in self.active if 0 <= p < len(rates)] or list(range(len(rates)))
+        active = self.active
         loads = self._loads(units)
         total = sum(loads[p] for p in active)
         if not units or total <= 0:

@@ -38,14 +38,13 @@ RESULTS = os.path.join("benchmarks", "results", "casp")
 def train(episodes: int, learners: int, horizon_s: float, seed: int, every: int, lr: float,
           weights: str, out_dir: str, gamma: float = 0.95, entropy: float = 0.02,
           kind_weights=None, progress: str = "loss", sized: bool = False, log=print,
-          kinds: int | None = None) -> dict:
+          mild: bool = False) -> dict:
     from tf_hetero.policies.community import A3C, MAX_K, STATE_SIZE, ActorCritic
     from tf_hetero.sim import costs as costs_module
-    from tf_hetero.sim.casp_env import DEFAULT_KINDS, SimEnv, training_profile
+    from tf_hetero.sim.casp_env import SimEnv, training_profile
 
     costs = costs_module.load(None)
-    kinds = kinds or DEFAULT_KINDS
-    profiles = lambda rng: training_profile(rng, kind_weights, kinds)  # noqa: E731
+    profiles = lambda rng: training_profile(rng, kind_weights, mild)  # noqa: E731
     net = ActorCritic(STATE_SIZE, MAX_K, hidden=32, seed=seed)
     envs = [SimEnv(costs, seed=seed * 100 + i, horizon_s=horizon_s, every=every,
                    profiles=profiles, progress=progress, sized=sized)
@@ -70,11 +69,11 @@ def train(episodes: int, learners: int, horizon_s: float, seed: int, every: int,
         e.close()
     net.save(weights, episodes=episodes, learners=learners, horizon_s=horizon_s, seed=seed,
              every=every, gamma=gamma, entropy=entropy, wall_s=time.time() - t0,
-             kind_weights=str(kind_weights), progress=progress, sized=int(sized), kinds=kinds)
+             kind_weights=str(kind_weights), progress=progress, sized=int(sized), mild=int(mild))
     os.makedirs(out_dir, exist_ok=True)
     record = {"episodes": episodes, "learners": learners, "horizon_s": horizon_s,
               "seed": seed, "every": every, "lr": lr, "gamma": gamma, "entropy": entropy,
-              "kind_weights": kind_weights, "kinds": kinds, "progress": progress,
+              "kind_weights": kind_weights, "mild": mild, "progress": progress,
               "sized": sized,
               "wall_s": time.time() - t0,
               "updates": agent.updates, "history": rows,
@@ -266,16 +265,16 @@ def eval_table(rows, strategies, seeds, rounds) -> str:
 def validate(weights: str | None, profiles: int = 24, seed: int = 12345,
              strategies=("casp", "bsp", "grouped2"), rounds: int = 80,
              path: str | None = None, sized: bool = False, log=print,
-             kinds: int | None = None) -> dict:
+             mild: bool = False) -> dict:
     """Time to target over ``profiles`` profiles of the *training* distribution (a seed no
     learner used): to choose between agents without looking at the held-out set. Writes
     ``path`` (JSON) if given."""
     from tf_hetero.sim import costs as costs_module
-    from tf_hetero.sim.casp_env import DEFAULT_KINDS, training_profile
+    from tf_hetero.sim.casp_env import training_profile
 
     costs = costs_module.load(None)
     rng = np.random.default_rng(seed)
-    drawn = [training_profile(rng, kinds=kinds or DEFAULT_KINDS) for _ in range(profiles)]
+    drawn = [training_profile(rng, mild=mild) for _ in range(profiles)]
     figures = {"weights": weights, "profiles": drawn}
     for name in strategies:
         times = [_run(name, n, spec, 0, rounds, costs, weights, sized)["time_to_target_s"]
@@ -294,7 +293,6 @@ def validate(weights: str | None, profiles: int = 24, seed: int = 12345,
 
 def main(argv=None) -> int:
     from tf_hetero.policies.community import shipped_weights
-    from tf_hetero.sim.casp_env import KINDS
 
     sized_help = ("communities with per-member batch sizes (CASPStrategy(batch_sizes=True)); "
                   "train: writes the sized agent (default weights "
@@ -348,10 +346,10 @@ def main(argv=None) -> int:
         train(a.episodes, a.learners, horizon, a.seed, a.every, a.lr, weights, out_dir,
               a.gamma, a.entropy,
               None if a.kind_weights is None else [float(x) for x in a.kind_weights.split(",")],
-              a.progress, a.sized, kinds=len(KINDS) if a.mild else None)
+              a.progress, a.sized, mild=a.mild)
     elif a.cmd == "validate":
         validate(a.weights, a.profiles, strategies=tuple(a.strategies.split(",")),
-                 path=a.json, sized=a.sized, kinds=len(KINDS) if a.mild else None)
+                 path=a.json, sized=a.sized, mild=a.mild)
     else:
         evaluate(a.seeds, a.rounds, a.weights, out_dir, tuple(a.strategies.split(",")),
                  a.sized)
