@@ -46,7 +46,7 @@ def models():
 def main() -> int:
     import tf_hetero
     from tf_hetero.emulation.ps import bytes_per_ps
-    from tf_hetero.placement import Balanced, max_over_mean
+    from tf_hetero.policies.placement import Balanced, max_over_mean
 
     rows = []
     for num_ps in (2, 4):

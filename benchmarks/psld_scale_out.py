@@ -41,7 +41,7 @@ def main():
     import tf_keras as keras
 
     import tf_hetero
-    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.placement import ps_index
     from tf_hetero.policies.rebalance import RebalanceController
     from tf_hetero.telemetry.perf import round_breakdown
 

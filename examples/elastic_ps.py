@@ -19,13 +19,13 @@ import time
 import tf_keras as keras
 
 import tf_hetero
-from tf_hetero.emulation.ps import ps_index
+from tf_hetero.policies.placement import ps_index
 
 
 def main(args):
     strategy = tf_hetero.BSPStrategy(tf_hetero.cluster_resolver(), rebalance=True)
     strategy.scale_ps(1)  # PS 1 stands by: every variable is created on PS 0
-    num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
+    num_workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
     train = tf_hetero.data.load("digits", "train")
     with strategy.scope():
         model = tf_hetero.models.mlp(input_shape=train.input_shape)

@@ -22,18 +22,30 @@ from tensorflow.python.distribute import parameter_server_strategy_v2 as pssv2
 
 # The pure part (which policies and components a strategy uses) lives in config.py, shared
 # with the simulator; re-exported here, where it always was.
+from tf_hetero import tfcompat
 from tf_hetero.cluster.reach import connect_timeout, wait_for_cluster
-from tf_hetero.placement import parse_active
+from tf_hetero.policies.placement import parse_active
 from tf_hetero.strategies.config import EngineConfig, batch_sizes
 from tf_hetero.telemetry import Monitor
 
 __all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "num_workers", "batch_sizes"]
 
 
+def ps_rates(placement, num_ps: int) -> tuple[float, ...]:
+    """The PS tasks' relative service rates for ``placement``: from its ``profile`` (a spec,
+    dict or Profile), else from the profile ``tf-hetero run`` exported, else equal."""
+    from tf_hetero import env
+    from tf_hetero.emulation.profile import Profile
+
+    profile = getattr(placement, "profile", None)
+    return Profile.parse(profile if profile is not None else env.profile_spec()
+                         ).ps_service_rates(num_ps)
+
+
 class HeteroExtended(pssv2.ParameterServerStrategyV2Extended):
     """The Extended of :class:`HeteroStrategy` (variable placement hooks live here).
 
-    ``placement`` (a :class:`tf_hetero.placement.Placement`) chooses the PS task of every
+    ``placement`` (a :class:`tf_hetero.policies.placement.Placement`) chooses the PS task of every
     variable that is not colocated with another, shards included; ``round_robin`` (the
     default) is TensorFlow's rule. Glue: ``strategies/runtime/placement.py``.
     """
@@ -42,10 +54,10 @@ class HeteroExtended(pssv2.ParameterServerStrategyV2Extended):
 
     def set_placement(self, placement, monitor=None) -> None:
         """Uses ``placement`` (a name or a Placement) for the variables created from now on."""
-        from tf_hetero.placement import make
+        from tf_hetero.policies.placement import make
 
         self.placement = make(placement)
-        self.placement.bind(self._num_ps)
+        self.placement.bind(self._num_ps, rates=ps_rates(self.placement, self._num_ps))
         if getattr(self.placement, "model_fn", None) is not None:  # Balanced(model_fn=...)
             from tf_hetero.strategies.runtime.placement import plan_from_model
 
@@ -74,7 +86,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         ``TF_HETERO_CONNECT_TIMEOUT_S``, else 300; :func:`tf_hetero.wait_for_cluster`).
       placement: which PS task holds each variable: ``"round_robin"`` (TensorFlow's rule, the
         default), ``"balanced"`` (by bytes and PS service rate) or a
-        :class:`tf_hetero.placement.Placement`.
+        :class:`tf_hetero.policies.placement.Placement`.
       rebalance: live rebalancing during ``fit`` (round strategies): ``True``, or a
         :class:`tf_hetero.policies.rebalance.RebalanceController`; at round boundaries
         variables move between PS tasks with their slots and accumulators, a move kept when
@@ -114,9 +126,9 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         #: Goes up with every variable moved to another PS (rebalancing, scale_ps): tf_keras
         #: functions made before then are made again (strategies/runtime/rebalance.py).
         self.placement_generation = 0
-        workers = self._extended._num_workers  # pylint: disable=protected-access
+        workers = tfcompat.strategy.num_workers(self)
         self.monitor = Monitor(workers)
-        self._extended.set_placement(placement, self.monitor)  # pylint: disable=protected-access
+        self._extended.set_placement(placement, self.monitor)
         for summary in config.summaries():
             self.monitor.add_summary(summary)
         # Install our coordinator before the first scope() so it sees every closure fit
@@ -212,7 +224,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
 
         c = self._hetero_config
         dataset, batch = granulate(dataset, c.granule, type(self).__name__)
-        workers = self._extended._num_workers  # pylint: disable=protected-access
+        workers = tfcompat.strategy.num_workers(self)
         global_batch = c.global_batch or (c.round_batches or workers) * batch
         if global_batch % c.granule:
             raise ValueError(f"{type(self).__name__}(global_batch={global_batch}) is not a "

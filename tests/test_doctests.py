@@ -21,7 +21,7 @@ PURE = [
     "tf_hetero.policies.diverge", "tf_hetero.policies.rebalance",
     "tf_hetero.telemetry.records", "tf_hetero.telemetry.monitor", "tf_hetero.telemetry.perf",
     "tf_hetero.telemetry.tasklog", "tf_hetero.telemetry.psload", "tf_hetero.telemetry.cpu",
-    "tf_hetero.placement",
+    "tf_hetero.policies.placement",
     "tf_hetero.cluster.tf_config", "tf_hetero.cluster.reach", "tf_hetero.emulation.profile",
     "tf_hetero.strategies.registry", "tf_hetero.strategies.runtime.tags",
     "tf_hetero.strategies.config", "tf_hetero.tools.tfjob", "tf_hetero.tflogs",

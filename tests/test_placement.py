@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tf_hetero.emulation.profile import Profile, ProfileError
-from tf_hetero.placement import Balanced, RoundRobin, make, max_over_mean, pack
+from tf_hetero.policies.placement import Balanced, RoundRobin, make, max_over_mean, pack
 from tf_hetero.telemetry import psload
 from tf_hetero.telemetry.monitor import Monitor
 
@@ -43,17 +43,23 @@ def test_balanced_placement_cannot_split_a_variable_larger_than_a_fair_share():
 
 
 def test_a_slow_ps_gets_load_in_proportion_to_its_service_rate():
-    b = Balanced(profile="ps_mbps=4;ps_slow=0:3")
+    b = Balanced(rates=(1 / 3, 1.0))
     loads = _loads(b, [1000] * 40, 2)
     assert b.rates == (1 / 3, 1.0)
     assert loads == [10000, 30000]  # a quarter on the 3x slower PS: equal service times
 
 
-def test_balanced_reads_rates_from_the_exported_profile(monkeypatch):
+def test_the_strategy_gives_balanced_the_rates_of_its_profile_or_the_exported_one(monkeypatch):
+    from tf_hetero.strategies.base import ps_rates
+
     monkeypatch.setenv("TF_HETERO_PROFILE", "ps_mbps=4;ps_slow=1:2")
+    assert ps_rates(Balanced(), 2) == (1.0, 0.5)
+    assert ps_rates(Balanced(profile="ps_mbps=4;ps_slow=0:3"), 2) == (1 / 3, 1.0)
     b = Balanced()
-    b.bind(2)
+    b.bind(2, rates=ps_rates(b, 2))
     assert b.rates == (1.0, 0.5)
+    monkeypatch.delenv("TF_HETERO_PROFILE")
+    assert ps_rates(Balanced(), 2) == (1.0, 1.0)
 
 
 def test_offline_packing_puts_the_largest_first():

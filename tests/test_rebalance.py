@@ -14,9 +14,9 @@ from tf_hetero.policies.rebalance import Move, RebalanceController
 
 
 def test_doctests():
-    import tf_hetero.placement
+    import tf_hetero.policies.placement
 
-    for module in (rebalance, tf_hetero.placement):
+    for module in (rebalance, tf_hetero.policies.placement):
         failed, _ = doctest.testmod(module)
         assert failed == 0, module.__name__
 

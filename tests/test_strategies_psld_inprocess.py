@@ -50,8 +50,9 @@ def _leaf_devices(model):
 
 def test_balanced_placement_moves_shards_and_evens_a_skewed_model(cluster):
     import tf_hetero
-    from tf_hetero.emulation.ps import bytes_per_ps, ps_index
-    from tf_hetero.placement import Balanced, max_over_mean
+    from tf_hetero.emulation.ps import bytes_per_ps
+    from tf_hetero.policies.placement import ps_index
+    from tf_hetero.policies.placement import Balanced, max_over_mean
 
     figures, devices = {}, {}
     for placement in ("round_robin", "balanced"):
@@ -178,7 +179,7 @@ def test_emulated_ps_tasks_serve_every_step_and_report_their_load(cluster, name)
     if name.startswith("hps"):  # a read per step; a service per buffered push, int8 payloads
         (buffers,) = strategy.coordinator.tracer.buffers
         pushes, _ = buffers.acc.traffic()
-        from tf_hetero.emulation.ps import ps_index
+        from tf_hetero.policies.placement import ps_index
         from tf_hetero.strategies.runtime import quantize
 
         payload = [0, 0]
@@ -214,7 +215,8 @@ def test_a_steps_requests_to_two_ps_tasks_do_not_wait_for_each_other(cluster):
     import tensorflow as tf
 
     from tf_hetero.emulation.profile import Profile
-    from tf_hetero.emulation.ps import EmulatedServers, ps_index
+    from tf_hetero.emulation.ps import EmulatedServers
+    from tf_hetero.policies.placement import ps_index
 
     tf.distribute.ParameterServerStrategy(cluster.resolver)  # connects to the cluster
     servers = EmulatedServers(Profile.parse("ps_mbps=1"), 2)

@@ -100,7 +100,7 @@ def test_a_move_in_the_middle_of_fit_loses_nothing(cluster, optimizer):
     """After 2 of 4 rounds the controller moves one kernel off the PS holding both
     (round-robin); the fit equals large-batch SGD, slots included, and the kernel, its slots
     and its accumulator all live on the new PS."""
-    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.placement import ps_index
     from tf_hetero.policies.rebalance import RebalanceController
 
     controller = RebalanceController(window=2, explore=0.0, skip_first=0)
@@ -134,7 +134,7 @@ def test_a_move_in_the_middle_of_fit_loses_nothing(cluster, optimizer):
 def test_a_move_that_makes_rounds_slower_is_undone_and_loses_nothing(cluster):
     """Scripted window means: 1.0 s (baseline, move), then 1.2 s (slower: undo). The kernel
     goes back to its PS in the middle of fit and the result still equals large-batch SGD."""
-    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.placement import ps_index
 
     controller = _Scripted.make([1.0, 1.2], window=2)
     strategy, model, before = _fit_and_compare(cluster, controller, rounds=6)
@@ -160,7 +160,7 @@ def test_a_shard_moves_alone_and_the_fit_loses_nothing(cluster):
     from tensorflow.python.distribute.sharded_variable import ShardedVariable
 
     import tf_hetero
-    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.placement import ps_index
     from tf_hetero.policies.rebalance import Move, RebalanceController
 
     class MoveOneShard(RebalanceController):
@@ -281,7 +281,7 @@ def test_rebalance_is_an_option_of_round_strategies_only(cluster):
 
 
 def _kernel_ps(model):
-    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.placement import ps_index
 
     return [ps_index(v.device) for v in model.trainable_variables]
 
@@ -314,7 +314,7 @@ def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_roun
     3x slow) so that the moves do not depend on timing; with the probe off
     (``probe=False``) nothing moves."""
     import tf_hetero
-    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.placement import ps_index
     from tf_hetero.policies.rebalance import RebalanceController
 
     seen = []
@@ -444,7 +444,7 @@ def test_scale_out_and_in_during_fit_moves_load_and_loses_nothing(cluster):
     import tf_keras as keras
 
     import tf_hetero
-    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.placement import ps_index
     from tf_hetero.policies.rebalance import RebalanceController
 
     strategy = tf_hetero.BSPStrategy(cluster.resolver,

@@ -23,6 +23,7 @@ import time
 
 import tf_keras as keras
 
+from tf_hetero import tfcompat
 from tf_hetero.telemetry.tasklog import TaskLog
 
 __all__ = ["Progress", "MonitorLogs"]
@@ -58,7 +59,7 @@ class Progress(keras.callbacks.Callback):
         self._steps = self.params.get("steps") or 0
         self._total = self._epochs * self._steps
         if getattr(strategy, "_should_use_with_coordinator", False):
-            self._num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
+            self._num_workers = tfcompat.strategy.num_workers(strategy)
             if self.task_log is None:
                 self.task_log = TaskLog.for_strategy(strategy)
             self._engine = getattr(strategy, "engine", None)

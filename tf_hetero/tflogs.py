@@ -40,11 +40,13 @@ import tempfile
 import threading
 import warnings
 
+from tf_hetero import env as _env
+
 __all__ = ["TF_LOGS_ENV", "TF_LOG_LINE", "HARMLESS_ERRORS", "IGNORED_WARNINGS", "wanted",
            "quiet", "show", "child_env", "relay"]
 
 #: Set to 1 (or true/yes/on) to see TensorFlow's logs as TensorFlow prints them.
-TF_LOGS_ENV = "TF_HETERO_TF_LOGS"
+TF_LOGS_ENV = _env.TF_LOGS
 #: The C++ level kept when quiet: 2 drops INFO and WARNING, keeps ERROR and FATAL.
 QUIET_LEVEL = "2"
 
@@ -73,8 +75,7 @@ IGNORED_WARNINGS = (
 
 def wanted(env=None) -> bool:
     """True if the user asked for TensorFlow's logs (``TF_HETERO_TF_LOGS``)."""
-    value = (os.environ if env is None else env).get(TF_LOGS_ENV, "")
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    return _env.tf_logs_wanted(env)
 
 
 def child_env(env: dict, logs: bool | None = None) -> dict:
@@ -165,8 +166,9 @@ def quiet() -> None:
     Run by ``import tf_hetero``; harmless to repeat."""
     if wanted() or _applied:
         return
-    if "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
-        os.environ["TF_CPP_MIN_LOG_LEVEL"] = _applied["level"] = QUIET_LEVEL
+    if _env.tf_cpp_min_log_level() is None:
+        _env.set_var(_env.TF_CPP_MIN_LOG_LEVEL, QUIET_LEVEL)
+        _applied["level"] = QUIET_LEVEL
     for message, category, module in IGNORED_WARNINGS:
         warnings.filterwarnings("ignore", message, category, module)
     _applied["filters"] = warnings.filters[:len(IGNORED_WARNINGS)]
@@ -179,9 +181,9 @@ def quiet() -> None:
 def show() -> None:
     """TensorFlow's logs as TensorFlow prints them, here and in the processes tf-hetero starts
     from now on (``--tf-logs``): sets ``TF_HETERO_TF_LOGS=1`` and undoes :func:`quiet`."""
-    os.environ[TF_LOGS_ENV] = "1"
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == _applied.pop("level", None):
-        del os.environ["TF_CPP_MIN_LOG_LEVEL"]
+    _env.set_var(TF_LOGS_ENV, "1")
+    if _env.tf_cpp_min_log_level() == _applied.pop("level", None):
+        _env.unset_var(_env.TF_CPP_MIN_LOG_LEVEL)
     for entry in _applied.pop("filters", ()):
         with contextlib.suppress(ValueError):
             warnings.filters.remove(entry)

@@ -21,6 +21,7 @@ import weakref
 import tensorflow as tf
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
+from tf_hetero import tfcompat
 from tf_hetero.engine import RoundEngine
 from tf_hetero.strategies.runtime import callbacks, fitplan, granules, watchdog, workers
 from tf_hetero.strategies.runtime.divergence import LossWatch
@@ -50,7 +51,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.closures = ClosureCache()  # closures of a function on the same arguments: copies
         if self.config.uses_engine:
             self.engine = RoundEngine(
-                strategy.extended._num_workers, self.config.sync, self.config.assign,  # pylint: disable=protected-access
+                tfcompat.strategy.num_workers(strategy), self.config.sync, self.config.assign,
                 gate=self.config.gate, monitor=self.monitor, components=self.config.components,
                 grouping=self.config.grouping, update_scale=self.config.update_scale)
         #: Live rebalancing (strategy ``rebalance=``; strategies/runtime/rebalance.py) or None.

@@ -37,7 +37,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_hetero.emulation.device import finish_compute, keep_gradient_local, sleep_op
-from tf_hetero.emulation.ps import ps_index
+from tf_hetero.policies.placement import ps_index
 from tf_hetero.engine import PUSH_ALL, PUSH_OLD
 from tf_hetero.strategies.runtime import quantize
 from tf_hetero.strategies.runtime.accumulate import (current_worker, decode_code, decode_size,

@@ -1,5 +1,5 @@
 """TF glue of variable placement: where a variable is created, by a
-:class:`tf_hetero.placement.Placement` (the pure rule).
+:class:`tf_hetero.policies.placement.Placement` (the pure rule).
 
 ``ParameterServerStrategyV2Extended._create_variable`` sends every variable that is not
 colocated with another, each shard of a ``variable_partitioner`` included, through
@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
-from tf_hetero.emulation.ps import ps_index
+from tf_hetero.policies.placement import ps_index
 
 __all__ = ["create_variable", "variable_bytes", "plan_from_model", "shard_bytes"]
 

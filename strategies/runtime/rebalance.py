@@ -58,6 +58,7 @@ import threading
 import time
 import weakref
 
+from tf_hetero import tfcompat
 from tf_hetero.patching import wrap_once
 from tf_hetero.strategies.runtime import fitplan
 from tf_hetero.telemetry import psload
@@ -167,7 +168,7 @@ def move_variable(wrapper, dst: int, pool: dict) -> None:
     import tensorflow as tf
     from tensorflow.python.ops.resource_variable_ops import ResourceVariable
 
-    from tf_hetero.emulation.ps import ps_index
+    from tf_hetero.policies.placement import ps_index
 
     w = _caching(wrapper)
     old = w._v  # pylint: disable=protected-access
@@ -234,7 +235,7 @@ class Rebalancer:
         self.engine = coordinator.engine
         self.strategy = coordinator.strategy
         self.monitor = coordinator.monitor
-        self.num_ps = int(self.strategy.extended._num_ps)  # pylint: disable=protected-access
+        self.num_ps = tfcompat.strategy.num_ps(self.strategy)
         controller.bind(self.num_ps)
         install()
         if self.placement is not None:  # a scale_ps before this rebalancer: keep its PS set
@@ -416,7 +417,7 @@ class Rebalancer:
         """name -> ``(PS, bytes x accesses per step, variable)`` of every trained variable
         (of ``variables``, by default those the traced steps' optimizers train) that can
         move (a ``ShardedVariable`` the optimizer sees whole is left out)."""
-        from tf_hetero.emulation.ps import ps_index
+        from tf_hetero.policies.placement import ps_index
 
         out = {}
         if variables is None:
@@ -489,7 +490,7 @@ class Rebalancer:
         with the least load: each optimizer's step counter (``iterations``, read by every
         apply) and each accumulator's bookkeeping (``tags``, ``counts``, ``gens``,
         ``received``: created beside its first variable, they do not follow it)."""
-        from tf_hetero.emulation.ps import ps_index
+        from tf_hetero.policies.placement import ps_index
 
         placement = self.placement
         accumulators = self.coordinator.tracer.accumulators
@@ -553,7 +554,7 @@ class Rebalancer:
     def move(self, variable, dst: int, optimizers=()) -> None:
         """Moves ``variable`` with its slots (in ``optimizers`` and the traced steps'
         optimizers) and accumulators to PS ``dst``; the placement's records follow."""
-        from tf_hetero.emulation.ps import ps_index
+        from tf_hetero.policies.placement import ps_index
 
         tracer = self.coordinator.tracer
         optimizers = list(dict.fromkeys([*optimizers,
@@ -567,7 +568,7 @@ class Rebalancer:
     # ------------------------------------------------------------ checkpoints
     def placement_of(self, optimizer) -> list:
         """``(variable, PS or None)`` of every variable ``optimizer`` trains, in its order."""
-        from tf_hetero.emulation.ps import ps_index
+        from tf_hetero.policies.placement import ps_index
 
         return [(v, ps_index(v.device) if hasattr(v, "_v") else None)
                 for acc in self.coordinator.tracer.accumulators if acc.optimizer is optimizer

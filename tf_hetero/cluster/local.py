@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Mapping, Sequence
 
-from tf_hetero import tflogs
+from tf_hetero import env as _env, tflogs
 from tf_hetero.emulation.profile import PROFILE_ENV, Profile
 from tf_hetero.cluster.tf_config import make_tf_config, validate_cluster
 
@@ -239,7 +239,7 @@ class LocalCluster:
     def chief_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for a chief training program: ``TF_CONFIG``, the profile, and quiet
         TensorFlow logs unless wanted (:func:`tf_hetero.tflogs.child_env`)."""
-        env = tflogs.child_env(dict(os.environ if base is None else base))
+        env = tflogs.child_env(_env.copy() if base is None else dict(base))
         env["TF_CONFIG"] = self.tf_config("chief", 0)
         env[PROFILE_ENV] = self.profile.spec()
         return env
@@ -282,7 +282,7 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- internals
     def _spawn(self, role: str, index: int) -> None:
-        env = tflogs.child_env(dict(os.environ))  # quiet unless TF_HETERO_TF_LOGS=1
+        env = tflogs.child_env(_env.copy())  # quiet unless TF_HETERO_TF_LOGS=1
         env["TF_CONFIG"] = self.tf_config(role, index)
         # Make the package importable in the child even when it is used from a source tree.
         pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -20,11 +20,12 @@ tf_hetero.cluster.reach.ClusterUnreachableError: BSPStrategy: 1 of 1 worker/PS t
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import time
 from typing import Mapping, Sequence
+
+from tf_hetero import env as _env
 
 __all__ = ["wait_for_cluster", "ClusterUnreachableError", "connect_timeout",
            "DEFAULT_CONNECT_TIMEOUT_S", "CONNECT_TIMEOUT_ENV"]
@@ -33,7 +34,7 @@ __all__ = ["wait_for_cluster", "ClusterUnreachableError", "connect_timeout",
 #: server processes is ~15 s on the 2-core dev machine; Kubernetes pods can take minutes).
 DEFAULT_CONNECT_TIMEOUT_S = 300.0
 #: Overrides :data:`DEFAULT_CONNECT_TIMEOUT_S` for every strategy in the process.
-CONNECT_TIMEOUT_ENV = "TF_HETERO_CONNECT_TIMEOUT_S"
+CONNECT_TIMEOUT_ENV = _env.CONNECT_TIMEOUT_S
 
 
 class ClusterUnreachableError(ConnectionError):
@@ -53,7 +54,7 @@ def connect_timeout(value: float | None, who: str) -> float:
     """
     source = f"{who}(connect_timeout_s={value!r})"
     if value is None:
-        env = os.environ.get(CONNECT_TIMEOUT_ENV)
+        env = _env.connect_timeout_s()
         if env is None:
             return DEFAULT_CONNECT_TIMEOUT_S
         source, value = f"{CONNECT_TIMEOUT_ENV}={env!r}", env

@@ -25,6 +25,7 @@ import sys
 import threading
 from typing import Callable, TypeVar
 
+from tf_hetero import env as _env
 from tf_hetero.cluster.tf_config import TFConfig, parse_tf_config
 
 __all__ = ["serve", "run", "cluster_resolver", "serve_unless_chief"]
@@ -70,7 +71,7 @@ def cluster_resolver(config: TFConfig | None = None):
     import tensorflow as tf
 
     config = config or parse_tf_config()
-    os.environ["TF_CONFIG"] = config.to_json()
+    _env.set_var(_env.TF_CONFIG, config.to_json())
     return tf.distribute.cluster_resolver.TFConfigClusterResolver()
 
 

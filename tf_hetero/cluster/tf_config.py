@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from tf_hetero import env as _env
 
 __all__ = [
     "ROLES",
@@ -58,7 +59,6 @@ __all__ = [
 #: The task roles (TF "job names") a ParameterServerStrategy cluster may use.
 ROLES = ("chief", "worker", "ps", "evaluator")
 
-_ENV_VAR = "TF_CONFIG"
 _CLUSTER = 'TF_CONFIG["cluster"]'
 _TASK = 'TF_CONFIG["task"]'
 _MAX_SHOWN = 80
@@ -144,7 +144,7 @@ class TFConfig:
 
 
 def parse_tf_config(
-    text: str | Mapping[str, Any] | None = None, *, env: Mapping[str, str] = os.environ
+    text: str | Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
 ) -> TFConfig:
     """Parse and validate TF_CONFIG.
 
@@ -156,7 +156,7 @@ def parse_tf_config(
         TFConfigError: if TF_CONFIG is unset, not JSON, or describes an invalid cluster.
     """
     if text is None:
-        text = env.get(_ENV_VAR)
+        text = _env.tf_config(env)
         if text is None:
             raise TFConfigError(
                 "TF_CONFIG is not set (the environment variable is missing). "

@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.data.experimental.ops import testing as _data_testing
 
+from tf_hetero import tfcompat
 from tf_hetero.emulation.profile import Profile, ProfileError
 
 __all__ = ["emulate", "EmulatedDevice", "sleep_op", "finish_compute", "keep_gradient_local"]
@@ -374,7 +375,7 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
             "Input layer, input_shape= on its first layer, or model.build(input_shape)).")
     strategy = strategy or tf.distribute.get_strategy()
     if num_workers is None:
-        num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
+        num_workers = tfcompat.strategy.num_workers(strategy)
     servers = None
     if profile.emulates_ps:
         from tf_hetero.emulation.ps import EmulatedServers, num_ps

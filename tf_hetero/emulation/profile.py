@@ -68,11 +68,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tf_hetero import env as _env
+
 __all__ = ["Profile", "ProfileError", "HardwareClass", "Change", "Interference", "PROFILE_ENV"]
 
 #: Environment variable through which ``tf-hetero run --profile`` hands the profile to the
 #: training program (the chief), which applies it with :func:`tf_hetero.emulate`.
-PROFILE_ENV = "TF_HETERO_PROFILE"
+PROFILE_ENV = _env.PROFILE
 
 
 class ProfileError(ValueError):
@@ -375,9 +377,9 @@ class Profile:
         return cls(**fields)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> "Profile":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Profile":
         """The profile ``tf-hetero run --profile`` exported to this process (uniform if none)."""
-        return cls.parse(env.get(PROFILE_ENV))
+        return cls.parse(_env.profile_spec(env))
 
     # ----------------------------------------------------------------- queries
     def spec(self) -> str:

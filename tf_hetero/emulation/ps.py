@@ -28,7 +28,6 @@ included); not meant to be called directly. On a cluster::
 from __future__ import annotations
 
 import functools
-import re
 
 import numpy as np
 import tensorflow as tf
@@ -37,24 +36,15 @@ import tensorflow as tf
 # round-robin and never counted in its placement.
 from tensorflow.python.ops.resource_variable_ops import ResourceVariable
 
+from tf_hetero import tfcompat
 from tf_hetero.emulation.profile import Profile
+from tf_hetero.policies.placement import ps_index
 
-__all__ = ["EmulatedServers", "ps_index", "bytes_per_ps", "num_ps"]
+__all__ = ["EmulatedServers", "bytes_per_ps", "num_ps"]
 
 #: Counter slots of each PS's counter variable.
 BYTES, BUSY_US, WAIT_US, REQUESTS = range(4)
 
-_PS_TASK = re.compile(r"/job:ps/(?:replica:\d+/)?task:(\d+)")
-
-
-def ps_index(device: str) -> int | None:
-    """The PS task a device string names, or ``None``.
-
-    >>> ps_index("/job:ps/replica:0/task:1/device:CPU:0"), ps_index("/job:worker/task:0")
-    (1, None)
-    """
-    m = _PS_TASK.search(device or "")
-    return int(m.group(1)) if m else None
 
 
 def _leaves(variables):
@@ -81,7 +71,7 @@ def num_ps(strategy) -> int:
     """PS tasks in ``strategy``'s cluster (0 for a strategy without PS tasks)."""
     # ParameterServerStrategyV2Extended counts them when it connects (pssv2 ~598); the public
     # strategy.cluster_resolver is None for it.
-    return int(getattr(strategy.extended, "_num_ps", 0) or 0)  # pylint: disable=protected-access
+    return tfcompat.strategy.num_ps(strategy)
 
 
 class EmulatedServers:

@@ -122,7 +122,7 @@ import dataclasses
 import random
 from typing import Mapping, Sequence
 
-from tf_hetero.placement import parse_active  # the one check of an active set
+from tf_hetero.policies.placement import parse_active  # the one check of an active set
 
 __all__ = ["Move", "RebalanceController", "make", "fit_rates"]
 

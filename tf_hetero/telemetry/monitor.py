@@ -55,7 +55,7 @@ class Monitor:
         # Local accumulation (H-PS) pushes once per worker per round, not once per task:
         # then bytes are counted per push (times of the pushes).
         self.push_times: list[float] | None = None
-        #: Where the variables are (a tf_hetero.placement.Placement; set by the strategy):
+        #: Where the variables are (a tf_hetero.policies.placement.Placement; set by the strategy):
         #: its per-PS loads are the bytes one step moves through each PS.
         self.placement = None
         #: The emulated PS tasks (tf_hetero.emulation.ps.EmulatedServers), if the profile

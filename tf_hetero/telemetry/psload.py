@@ -3,7 +3,7 @@
 Two sources, both per PS task:
 
 - **placement** (any run of a tf-hetero strategy): the bytes one training step moves through
-  each PS, from where the variables were placed (:mod:`tf_hetero.placement`: each variable's
+  each PS, from where the variables were placed (:mod:`tf_hetero.policies.placement`: each variable's
   bytes x accesses per step, read + gradient push for a trainable one). Times the tasks in a
   span, that is the bytes each PS served in it: per round (:func:`per_round`), per epoch
   (``Monitor.summary``, ``MonitorLogs``), per bench row.
@@ -24,7 +24,7 @@ Two sources, both per PS task:
 
 from __future__ import annotations
 
-from tf_hetero.placement import max_over_mean
+from tf_hetero.policies.placement import max_over_mean
 
 __all__ = ["step_figures", "served_figures", "per_round", "delta"]
 

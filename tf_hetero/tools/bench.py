@@ -44,7 +44,7 @@ samples/s, with ``spread``; every run is in ``runs``):
 
 A row ``NAME@balanced`` (e.g. ``bsp@balanced``) builds strategy ``NAME`` with
 ``placement="balanced"``, its PS service rates taken from the profile
-(:mod:`tf_hetero.placement`); ``NAME`` alone keeps TensorFlow's round-robin placement. A
+(:mod:`tf_hetero.policies.placement`); ``NAME`` alone keeps TensorFlow's round-robin placement. A
 ``+rebalance`` suffix (``bsp+rebalance``, ``bsp@balanced+rebalance``) turns on live
 rebalancing (:mod:`tf_hetero.policies.rebalance`, default controller); the row reports its
 moves (``rebalance_moves``: decision, variable, from PS, to PS, seconds) and the mean round
@@ -208,7 +208,7 @@ def split_row(spec: str) -> tuple[str, str | None, bool]:
     ...
     ValueError: bench row 'hps#b': copy 'b' is not a number. Fix: NAME#2 for a second row of NAME.
     """
-    from tf_hetero.placement import PLACEMENTS
+    from tf_hetero.policies.placement import PLACEMENTS
 
     settings, hash_, copy = spec.partition("#")
     if hash_ and not copy.isdigit():
@@ -332,7 +332,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     from tf_hetero.telemetry.tasklog import TaskLog
 
     from tf_hetero.emulation.ps import bytes_per_ps
-    from tf_hetero.placement import Balanced, max_over_mean
+    from tf_hetero.policies.placement import Balanced, max_over_mean
     from tf_hetero.telemetry import psload
 
     train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")

@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from tf_hetero import tfcompat
 from tf_hetero.telemetry import perf as metrics
 from tf_hetero.emulation.profile import Profile
 from tf_hetero.telemetry.tasklog import TaskLog, measured_ratios
@@ -113,7 +114,7 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
     test_split = data.load(cfg.dataset, "test")
     data.device_datasets_without_autotune()  # stock PSS too, as in the bench
     strategy = registry.make(cfg.strategy, resolver)
-    n = strategy.extended._num_workers  # pylint: disable=protected-access
+    n = tfcompat.strategy.num_workers(strategy)
     with strategy.scope():
         model = models.build(cfg.model, input_shape=train_split.input_shape,
                              num_classes=train_split.num_classes, seed=cfg.seed)

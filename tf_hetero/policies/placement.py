@@ -40,14 +40,27 @@ creation (``HeteroExtended._create_variable_round_robin``).
 
 from __future__ import annotations
 
-import os
+import re
 from typing import Sequence
 
 __all__ = ["Placement", "RoundRobin", "Balanced", "make", "pack", "max_over_mean", "PLACEMENTS",
-           "parse_active"]
+           "parse_active", "ps_index"]
 
 #: The names ``placement=`` accepts.
 PLACEMENTS = ("round_robin", "balanced")
+
+
+_PS_TASK = re.compile(r"/job:ps/(?:replica:\d+/)?task:(\d+)")
+
+
+def ps_index(device: str) -> int | None:
+    """The PS task a device string names, or ``None``.
+
+    >>> ps_index("/job:ps/replica:0/task:1/device:CPU:0"), ps_index("/job:worker/task:0")
+    (1, None)
+    """
+    m = _PS_TASK.search(device or "")
+    return int(m.group(1)) if m else None
 
 
 def max_over_mean(loads: Sequence[float]) -> float | None:
@@ -110,8 +123,10 @@ class Placement:
         self.bytes: list[int] = []  # bytes held (each variable once)
         self.placed: list[tuple[str, int, int]] = []  # (name, PS, bytes) in creation order
 
-    def bind(self, num_ps: int) -> None:
-        """Called once the cluster is known (the strategy's PS tasks)."""
+    def bind(self, num_ps: int, rates: Sequence[float] | None = None) -> None:
+        """Called once the cluster is known: its PS tasks, and their relative service rates
+        as the strategy found them (its profile; ``None``: not known). Round-robin ignores the
+        rates."""
         if num_ps < 1:
             raise ValueError(f"{type(self).__name__}: a placement needs at least one PS task; "
                              f"the cluster has {num_ps}. Fix: list PS tasks in TF_CONFIG.")
@@ -192,10 +207,11 @@ class Balanced(Placement):
 
     Args:
       rates: relative service rate of each PS (higher is faster), e.g. ``(1, 1/3)`` when PS 1
-        is 3x slower. Default: from the profile ``tf-hetero run --profile`` exported
-        (``TF_HETERO_PROFILE``'s ``ps_mbps``/``ps_slow``), else equal.
-      profile: a profile (spec, dict or :class:`~tf_hetero.emulation.profile.Profile`) to take
-        the rates from instead.
+        is 3x slower. Default: the rates the strategy gives :meth:`bind`, from ``profile`` or
+        else the profile ``tf-hetero run --profile`` exported (``TF_HETERO_PROFILE``'s
+        ``ps_mbps``/``ps_slow``); equal without one.
+      profile: a profile (spec, dict or :class:`~tf_hetero.emulation.profile.Profile`) the
+        strategy takes the rates from instead of the exported one.
 
     >>> b = Balanced(rates=(1, 1 / 3)); b.bind(2)
     >>> [b.place(n) for n in (300, 100, 100, 100)]   # the slow PS gets a quarter of the bytes
@@ -214,18 +230,16 @@ class Balanced(Placement):
             raise ValueError(f"Balanced(rates={tuple(rates)!r}): every rate must be > 0 "
                              "(relative service rates, e.g. (1, 1/3) when PS 1 is 3x slower).")
         self._rates = tuple(float(r) for r in rates) if rates is not None else None
-        self._profile = profile
+        #: Where the strategy takes the rates from when ``rates`` is not given (its glue parses
+        #: it: this module reads no profile and no environment).
+        self.profile = profile
         self.rates: tuple[float, ...] = ()
 
-    def bind(self, num_ps: int) -> None:
+    def bind(self, num_ps: int, rates: Sequence[float] | None = None) -> None:
         super().bind(num_ps)
-        rates = self._rates
+        rates = self._rates if self._rates is not None else rates
         if rates is None:
-            from tf_hetero.emulation.profile import PROFILE_ENV, Profile
-
-            profile = Profile.parse(self._profile if self._profile is not None
-                                    else os.environ.get(PROFILE_ENV))
-            rates = profile.ps_service_rates(num_ps)
+            rates = (1.0,) * num_ps
         if len(rates) != num_ps:
             raise ValueError(f"Balanced(rates={rates!r}) gives {len(rates)} rates but the "
                              f"cluster has {num_ps} PS tasks. Fix: give one rate per PS.")
@@ -273,7 +287,7 @@ def make(placement: "str | Placement | None") -> Placement:
     >>> make("even")
     Traceback (most recent call last):
     ...
-    ValueError: placement='even' is not a placement. Fix: use 'round_robin' (TensorFlow's rule, the default) or 'balanced' (tf_hetero.placement.Balanced), or pass a tf_hetero.placement.Placement.
+    ValueError: placement='even' is not a placement. Fix: use 'round_robin' (TensorFlow's rule, the default) or 'balanced' (tf_hetero.policies.placement.Balanced), or pass a tf_hetero.policies.placement.Placement.
     """
     if placement is None or placement == "round_robin":
         return RoundRobin()
@@ -283,8 +297,8 @@ def make(placement: "str | Placement | None") -> Placement:
         return placement
     raise ValueError(
         f"placement={placement!r} is not a placement. Fix: use 'round_robin' (TensorFlow's "
-        "rule, the default) or 'balanced' (tf_hetero.placement.Balanced), or pass a "
-        "tf_hetero.placement.Placement.")
+        "rule, the default) or 'balanced' (tf_hetero.policies.placement.Balanced), or pass a "
+        "tf_hetero.policies.placement.Placement.")
 
 
 def pack(sizes: Sequence[float], num_ps: int, rates: Sequence[float] | None = None) -> list[int]:

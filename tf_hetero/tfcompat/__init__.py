@@ -1,0 +1,29 @@
+"""The one adapter for TensorFlow's and tf_keras's private names.
+
+Every reach into a private attribute or a private module of TensorFlow 2.21 / tf_keras 2.21
+(closure-queue internals, worker hooks, ``Extended`` internals, variable internals, tf_keras's
+data handler and training internals) is a named function here; the rest of tf-hetero calls
+these functions and never touches a private name itself (``tests/test_layers.py`` checks it).
+A TensorFlow or tf_keras upgrade is audited here: docs/TF_INTERNALS.md maps each function to
+the TF source it reads and to the test that fails when an upgrade breaks it.
+
+Modules, by what they reach:
+
+- :mod:`~tf_hetero.tfcompat.strategy` -- ``ParameterServerStrategyV2Extended``: the cluster's
+  size, the scheduling flag, variable creation counters, function retracing.
+"""
+
+import importlib
+
+#: Submodules, imported on first use (``tfcompat.keras`` imports tf_keras: a module that only
+#: needs ``tfcompat.strategy`` does not pay for it).
+_MODULES = ("strategy",)
+__all__ = list(_MODULES)
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
