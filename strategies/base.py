@@ -18,14 +18,14 @@ strategies (:mod:`tf_hetero.strategies.presets`, :mod:`~tf_hetero.strategies.eps
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow.python.distribute import parameter_server_strategy_v2 as pssv2
 
 # The pure part (which policies and components a strategy uses) lives in config.py, shared
 # with the simulator; re-exported here, where it always was.
-from tf_hetero import tfcompat
+from tf_hetero import hooks, tfcompat
 from tf_hetero.cluster.reach import connect_timeout, wait_for_cluster
 from tf_hetero.policies.placement import parse_active
 from tf_hetero.strategies.config import EngineConfig, batch_sizes
+from tf_hetero.strategies.runtime.fitplan import FitState
 from tf_hetero.telemetry import Monitor
 
 __all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "num_workers", "batch_sizes"]
@@ -42,7 +42,7 @@ def ps_rates(placement, num_ps: int) -> tuple[float, ...]:
                          ).ps_service_rates(num_ps)
 
 
-class HeteroExtended(pssv2.ParameterServerStrategyV2Extended):
+class HeteroExtended(tfcompat.strategy.Extended):
     """The Extended of :class:`HeteroStrategy` (variable placement hooks live here).
 
     ``placement`` (a :class:`tf_hetero.policies.placement.Placement`) chooses the PS task of every
@@ -57,11 +57,12 @@ class HeteroExtended(pssv2.ParameterServerStrategyV2Extended):
         from tf_hetero.policies.placement import make
 
         self.placement = make(placement)
-        self.placement.bind(self._num_ps, rates=ps_rates(self.placement, self._num_ps))
+        num_ps = tfcompat.strategy.num_ps(self)
+        self.placement.bind(num_ps, rates=ps_rates(self.placement, num_ps))
         if getattr(self.placement, "model_fn", None) is not None:  # Balanced(model_fn=...)
             from tf_hetero.strategies.runtime.placement import plan_from_model
 
-            plan_from_model(self.placement, self._variable_partitioner)
+            plan_from_model(self.placement, tfcompat.strategy.variable_partitioner(self))
         if monitor is not None:
             monitor.placement = self.placement
 
@@ -109,20 +110,16 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         from tf_hetero.data import device_datasets_without_autotune
 
         device_datasets_without_autotune()
-        original = self._extended
-        self._extended = HeteroExtended(self, cluster_resolver, variable_partitioner)
-        self._extended._retrace_functions_for_each_device = (  # pylint: disable=protected-access
-            original._retrace_functions_for_each_device)  # pylint: disable=protected-access
+        tfcompat.strategy.adopt_extended(
+            self, HeteroExtended(self, cluster_resolver, variable_partitioner))
         self._hetero_config = config
-        #: Emulated worker-to-PS link, microseconds per byte per worker (None: none); set by
-        #: :func:`tf_hetero.emulate` from a profile's ``link=``, read by pushes (H-PS).
-        self.link_us_per_byte = None
-        #: Emulated PS tasks (:class:`tf_hetero.emulation.ps.EmulatedServers`; None: none),
-        #: set by :func:`tf_hetero.emulate` from a profile's ``ps_mbps``: pushes a strategy
-        #: sends outside the emulated step (H-PS's buffers) ask them for service.
-        self.ps_servers = None
+        #: What a push sent outside a step (H-PS's buffers) waits for: nothing on real
+        #: hardware; an emulated link and PS tasks once :func:`tf_hetero.emulate` set its own
+        #: (:mod:`tf_hetero.hooks`).
+        self.push_hook = hooks.PushHook()
         self.dataset_batch = None  # sized tasks: the workers' dataset batch size, once seen
-        self._whole_batches = 0  # > 0: datasets distributed now stay in batches (granules.py)
+        #: What tf-hetero's wraps of tf_keras note on it (runtime/fitplan.py).
+        self.fit_state = FitState()
         #: Goes up with every variable moved to another PS (rebalancing, scale_ps): tf_keras
         #: functions made before then are made again (strategies/runtime/rebalance.py).
         self.placement_generation = 0
@@ -136,6 +133,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         from tf_hetero.strategies.runtime.coordinator import HeteroCoordinator
 
         self.coordinator = HeteroCoordinator(self)
+        self._rebalance_summarized = False
         if rebalance is not None:
             self.set_rebalance(rebalance)
 
@@ -157,7 +155,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         from tf_hetero.strategies.runtime.rebalance import Rebalancer
 
         self.coordinator.rebalancer = Rebalancer(self.coordinator, controller)
-        if not getattr(self, "_rebalance_summarized", False):  # once, whatever is replaced
+        if not self._rebalance_summarized:  # once, whatever is replaced
             self._rebalance_summarized = True
             self.monitor.add_summary(lambda rounds, num_workers: (
                 self.rebalancer.controller.summary() if self.rebalancer is not None else {}))
@@ -180,7 +178,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
             strategy.scale_ps(2)            # at the next round boundary, PS 1 takes load
         """
         who = f"{type(self).__name__}.scale_ps"
-        placement = self._extended.placement  # pylint: disable=protected-access
+        placement = self.extended.placement
         active = parse_active(active, placement.num_ps, who)
         rebalancer = self.rebalancer
         if rebalancer is None and placement.placed:
@@ -205,7 +203,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
 
     # ----------------------------------------------------- sized tasks' data
     def distribute_datasets_from_function(self, dataset_fn, options=None):
-        if self._hetero_config.granule is None or self._whole_batches:
+        if self._hetero_config.granule is None or self.fit_state.whole_batches:
             return super().distribute_datasets_from_function(dataset_fn, options)
 
         def granular(input_context):
@@ -214,7 +212,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         return super().distribute_datasets_from_function(granular, options)
 
     def experimental_distribute_dataset(self, dataset, options=None):
-        if self._hetero_config.granule is not None and not self._whole_batches:
+        if self._hetero_config.granule is not None and not self.fit_state.whole_batches:
             dataset = self._granulate(dataset)
         return super().experimental_distribute_dataset(dataset, options)
 

@@ -234,7 +234,7 @@ def test_a_closure_of_a_failed_fit_that_fails_after_the_user_got_the_error_is_dr
         tag = None
 
         def execute_on(self, worker):
-            coordinator._error_reached_user()  # pylint: disable=protected-access
+            coordinator.error_reached_user()
             raise tf.errors.InvalidArgumentError(None, None, "late label value 43")
 
         def maybe_call_with_output_remote_value(self, fn):

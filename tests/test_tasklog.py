@@ -187,18 +187,24 @@ def test_attach_records_a_closure_that_raises():
     assert log.counts(1) == [1]
 
 
-def test_attach_skips_a_strategys_drains():
+def test_attach_skips_what_the_coordinator_calls_internal():
     coordinator = fake_coordinator(1)
+    coordinator.is_internal = lambda closure: closure == "drain"
     log = TaskLog().attach(coordinator)
-    worker = coordinator._cluster.workers[0]
+    for closure in ("drain", "step"):
+        coordinator._cluster.workers[0]._process_closure(closure)
+    assert log.counts(1) == [1]  # only the training step
+
+
+def test_a_strategys_drains_are_internal_and_its_steps_are_not():
+    from tf_hetero.strategies.runtime.coordinator import HeteroCoordinator
     from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag
 
-    drain, step = (types.SimpleNamespace() for _ in range(2))
+    drain, step, untagged = (types.SimpleNamespace() for _ in range(3))
     set_tag(drain, ClosureTag(ClosureKind.TASK, task=types.SimpleNamespace(drain=True)))
     set_tag(step, ClosureTag(ClosureKind.TASK, task=types.SimpleNamespace(drain=False)))
-    for closure in (drain, step):
-        worker._process_closure(closure)
-    assert log.counts(1) == [1]  # only the training step
+    assert [HeteroCoordinator.is_internal(None, c) for c in (drain, step, untagged)] == [
+        True, False, False]
 
 
 def test_attach_does_not_record_earlier_closures():

@@ -58,7 +58,7 @@ class Progress(keras.callbacks.Callback):
         self._epochs = self.params.get("epochs") or 0
         self._steps = self.params.get("steps") or 0
         self._total = self._epochs * self._steps
-        if getattr(strategy, "_should_use_with_coordinator", False):
+        if tfcompat.strategy.uses_coordinator(strategy):
             self._num_workers = tfcompat.strategy.num_workers(strategy)
             if self.task_log is None:
                 self.task_log = TaskLog.for_strategy(strategy)
@@ -66,7 +66,7 @@ class Progress(keras.callbacks.Callback):
             self._start_count = len(self.task_log) + self._absorbed()
             self._t0 = time.perf_counter()
             self._stop.clear()
-            self._fit = _calling_fit()
+            self._fit = tfcompat.keras.calling_fit()
             self._thread = threading.Thread(target=self._loop, name="tf-hetero-progress",
                                             daemon=True)
             self._thread.start()
@@ -74,7 +74,7 @@ class Progress(keras.callbacks.Callback):
     def _loop(self) -> None:
         # A fit that raises calls no on_train_end: the thread also ends once the fit that
         # started it is no longer running.
-        while not self._stop.wait(self.interval_s) and _still_running(self._fit):
+        while not self._stop.wait(self.interval_s) and tfcompat.keras.fit_running(self._fit):
             self._print(self.line())
 
     def line(self) -> str:
@@ -110,30 +110,6 @@ class Progress(keras.callbacks.Callback):
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 1.0)
             self._thread = None
-
-
-def _calling_fit():
-    """``(thread id, frame)`` of the ``fit`` call running this callback (``None`` if not
-    found, e.g. a callback driven by hand)."""
-    frame = sys._getframe(1)  # pylint: disable=protected-access
-    while frame is not None:
-        if frame.f_code.co_name == "fit" and "tf_keras" in frame.f_code.co_filename:
-            return threading.get_ident(), frame
-        frame = frame.f_back
-    return None
-
-
-def _still_running(fit) -> bool:
-    """True while ``fit`` (from :func:`_calling_fit`) is on its thread's stack."""
-    if fit is None:
-        return True
-    ident, target = fit
-    frame = sys._current_frames().get(ident)  # pylint: disable=protected-access
-    while frame is not None:
-        if frame is target:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _is_number(v) -> bool:

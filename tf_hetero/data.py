@@ -30,7 +30,6 @@ from typing import Callable
 
 import numpy as np
 
-from tf_hetero.patching import wrap_once
 
 __all__ = ["Split", "load", "dataset_fn", "without_autotune", "device_datasets_without_autotune",
            "OFFLINE_DATASETS"]
@@ -218,9 +217,9 @@ def device_datasets_without_autotune() -> None:
     >>> it._device_iterators[0]._dataset.options().autotune.enabled
     False
     """
-    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+    from tf_hetero import tfcompat
 
-    wrap_once(mdi, "_create_device_dataset", _without_autotune_after)
+    tfcompat.ops.wrap_device_datasets(_without_autotune_after)
 
 
 def _without_autotune_after(create):

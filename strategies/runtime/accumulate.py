@@ -76,10 +76,11 @@ import threading
 
 import tensorflow as tf
 
-from tf_hetero.emulation.device import DEFERS_UPDATE
+from tf_hetero import tfcompat
 from tf_hetero.engine import OVERWRITE
+from tf_hetero.hooks import DEFERS_UPDATE
 
-__all__ = ["Accumulators", "accumulating", "optimizer_classes", "task_code", "decode_code",
+__all__ = ["Accumulators", "accumulating", "task_code", "decode_code",
            "decode_size", "SIZE_CODE",
            "LANE_CODE", "NO_ROUND", "dense", "weigh", "unique_rows", "current_worker",
            "patch_lock"]
@@ -137,14 +138,6 @@ _state = threading.local()
 patch_lock = threading.RLock()
 
 
-def optimizer_classes() -> list[type]:
-    """The tf_keras optimizer classes whose ``apply_gradients`` a task may call."""
-    from tf_keras.src.optimizers import optimizer as new_opt
-    from tf_keras.src.optimizers.legacy import optimizer_v2
-
-    return [new_opt.Optimizer, optimizer_v2.OptimizerV2]
-
-
 @contextlib.contextmanager
 def accumulating(engine_accumulators_for, code: tf.Tensor):
     """While tracing: ``optimizer.apply_gradients`` accumulates into the round's lanes.
@@ -173,7 +166,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
 
     setattr(apply_gradients, DEFERS_UPDATE, True)  # its round applies: no emulated wait
     with patch_lock:
-        classes = optimizer_classes()
+        classes = tfcompat.keras.optimizer_classes()
         originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
         try:
             for cls in classes:
@@ -204,15 +197,12 @@ def _watching_writes(writes: list):
     stock PSS, while the strategy claims rounds: the step tracer refuses the step instead
     (``StepTracer._refuse_direct_writes``). Metric and batch-norm statistics are not
     trainable and pass."""
-    from tensorflow.python.ops import resource_variable_ops
-    from tensorflow.python.training import optimizer as v1_optimizer
-
     # ResourceVariable overrides some writes of its base (PSS's CachingVariable delegates
     # to a ResourceVariable): patch each class that defines one.
     originals = {(cls, name): cls.__dict__[name]
-                 for cls in (resource_variable_ops.BaseResourceVariable,
-                             resource_variable_ops.ResourceVariable)
+                 for cls in tfcompat.ops.resource_variable_classes()
                  for name in _WRITE_METHODS if name in cls.__dict__}
+    v1_optimizer = tfcompat.ops.v1_optimizer_class()
 
     def watched(name, original):
         def write(self, *args, **kwargs):
@@ -222,7 +212,7 @@ def _watching_writes(writes: list):
             return original(self, *args, **kwargs)
         return write
 
-    v1_apply = v1_optimizer.Optimizer.__dict__["apply_gradients"]
+    v1_apply = v1_optimizer.__dict__["apply_gradients"]
 
     def v1_apply_gradients(self, grads_and_vars, *args, **kwargs):
         if not tf.executing_eagerly():
@@ -232,12 +222,12 @@ def _watching_writes(writes: list):
     try:
         for (cls, name), original in originals.items():
             setattr(cls, name, watched(name, original))
-        v1_optimizer.Optimizer.apply_gradients = v1_apply_gradients
+        v1_optimizer.apply_gradients = v1_apply_gradients
         yield
     finally:
         for (cls, name), original in originals.items():
             setattr(cls, name, original)
-        v1_optimizer.Optimizer.apply_gradients = v1_apply
+        v1_optimizer.apply_gradients = v1_apply
 
 
 def current_worker() -> tf.Tensor:

@@ -16,7 +16,8 @@ whose loss or round gradient is not finite by itself (``runtime/divergence.py``)
 
 from __future__ import annotations
 
-from tf_hetero.patching import wrap_once
+from tf_hetero import tfcompat
+from tf_hetero.strategies.runtime.fitplan import state_of
 
 __all__ = ["install", "check"]
 
@@ -50,9 +51,7 @@ def install() -> None:
     """Wraps tf_keras's ``CallbackList.on_train_begin`` (once per process) to run
     :func:`check` on a ``fit``'s callbacks under a tf-hetero strategy, before the first step
     (``evaluate`` and ``predict`` never call a ``TerminateOnNaN``, so they are left alone)."""
-    from tf_keras.src.callbacks import CallbackList
-
-    wrap_once(CallbackList, "on_train_begin", _checked_on_train_begin)
+    tfcompat.keras.wrap_train_begin(_checked_on_train_begin)
 
 
 def _checked_on_train_begin(original):
@@ -60,7 +59,7 @@ def _checked_on_train_begin(original):
         import tensorflow as tf
 
         strategy = tf.distribute.get_strategy()
-        if hasattr(strategy, "_hetero_config"):
+        if state_of(strategy) is not None:
             check(self.callbacks, strategy)
         return original(self, logs)
 

@@ -48,12 +48,13 @@ import threading
 import weakref
 
 import tensorflow as tf
-from tensorflow.python.distribute.coordinator import values as coordinator_values
+
+from tf_hetero import tfcompat
 
 __all__ = ["ClosureCache"]
 
 #: Argument types whose object identity fixes the function's trace.
-_TRUSTED = (tf.Tensor, coordinator_values.PerWorkerValues)
+_TRUSTED = (tf.Tensor, tfcompat.coordinator.PerWorkerValues)
 
 
 def _key(args, kwargs, manager) -> tuple | None:
@@ -95,7 +96,7 @@ class ClosureCache:
         key = _key(args, kwargs, manager)
         if key is None:
             return
-        if closure._output_remote_value_ref is not None:  # pylint: disable=protected-access
+        if tfcompat.coordinator.output_built(closure):
             raise ValueError("keep() needs a closure whose output was not built yet.")
         with self._lock:
             self._kept[fn] = (key, copy.copy(closure))

@@ -15,11 +15,11 @@ TF caches one coordinator per strategy and re-runs ``__init__`` on every
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 
 import tensorflow as tf
-from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
 from tf_hetero import tfcompat
 from tf_hetero.engine import RoundEngine
@@ -30,18 +30,18 @@ from tf_hetero.strategies.runtime.applier import ChiefApplier
 from tf_hetero.strategies.runtime.closures import ClosureCache
 from tf_hetero.strategies.runtime.dispatcher import ClosureDispatcher
 from tf_hetero.strategies.runtime.errors import ParameterServerError, translate, translated
-from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag
+from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag, tag_of
 from tf_hetero.strategies.runtime.tracing import StepTracer
 
 __all__ = ["HeteroCoordinator", "ParameterServerError", "shutdown"]
 
 
-class HeteroCoordinator(cc.ClusterCoordinator):
+class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
     """The strategy's coordinator: ``schedule``/``join``/``done`` as stock TF, with training
     steps going through the round engine (``None`` when the config needs none: ASP)."""
 
     def __init__(self, strategy):
-        if getattr(self, "_has_initialized", False):
+        if tfcompat.coordinator.initialized(self):
             return
         super().__init__(strategy)
         self.config = strategy.config
@@ -65,7 +65,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         self.dispatcher = ClosureDispatcher(self, self.tracer)
         self._async_errors = 0  # errors that reached the user, without an engine (ASP)
         #: The fit (:attr:`errors_reached_user`) whose error to the user was the end of the data.
-        self._ran_out_in = None
+        self.ran_out_in = None
         # Every training step's loss: a diverging or collapsed fit stops (runtime/divergence.py).
         self.losses = LossWatch(self, applied_on_worker=(
             self.engine is None or not self.engine.rounds_mode))
@@ -101,9 +101,9 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             self.losses.keep(closure, remote_value)
             self._wrap_fetch(remote_value)
             try:
-                translated(self._cluster.closure_queue.put, closure)  # raises the queue's error
+                translated(tfcompat.coordinator.queue_of(self).raw.put, closure)  # raises its error
             except Exception as e:
-                self._error_reached_user(e)
+                self.error_reached_user(e)
                 raise
             return remote_value
         self.dispatcher.last_accumulators = entry.accumulators
@@ -119,7 +119,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         try:
             self.engine.submit(closure)  # dispatch() attaches the engine's Task to the closure
         except Exception as e:  # pylint: disable=broad-except
-            self._error_reached_user(e)
+            self.error_reached_user(e)
             raise translate(e) from e
         if self.config.tick_s:
             watchdog.ensure_ticker(self, self.config.tick_s)
@@ -130,14 +130,14 @@ class HeteroCoordinator(cc.ClusterCoordinator):
             if self.engine is not None:
                 watchdog.wait_bounded(self, lambda: self.engine.wait_idle(timeout=1.0))
             else:  # ASP: TF's own wait, with the stall bound
-                queue = self._cluster.closure_queue
+                queue = tfcompat.coordinator.queue_of(self).raw
                 watchdog.wait_bounded(self, lambda: queue.wait(timeout=1.0))
             self.losses.flush()  # the last steps' losses
             if self.engine is not None:
                 self.engine.raise_if_error()
             translated(super().join)
         except Exception as e:
-            self._error_reached_user(e)
+            self.error_reached_user(e)
             raise
 
     def done(self):
@@ -151,7 +151,7 @@ class HeteroCoordinator(cc.ClusterCoordinator):
                     return False
             return translated(super().done)
         except Exception as e:
-            self._error_reached_user(e)
+            self.error_reached_user(e)
             raise
 
     # ------------------------------------------------------- for the runtime
@@ -163,23 +163,25 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         for the queue's and the engine's stale checks)."""
         return self.engine.generation if self.engine is not None else self._async_errors
 
+    def is_internal(self, closure) -> bool:
+        """True for a closure of the engine's own that is no step of the user's (a drain):
+        :class:`~tf_hetero.telemetry.TaskLog` does not count it as a task."""
+        tag = tag_of(closure)
+        return tag is not None and tag.internal
+
     def closure(self, fn, args, kwargs):
         """A TF closure of ``fn`` (traced now, under the strategy, as ``schedule`` would), or
         a copy of the last one built for ``fn`` on the same argument objects
         (:mod:`~tf_hetero.strategies.runtime.closures`)."""
-        manager = self._cluster.closure_queue._cancellation_mgr  # pylint: disable=protected-access
+        manager = tfcompat.coordinator.queue_of(self).cancellation_manager
         copied = self.closures.copy_of(fn, args, kwargs, manager)
         if copied is not None:
             return copied
         with self.strategy.scope():
             # The flag is shared by every thread: set under the lock that :meth:`trace` (run
             # from another thread after a rebalancing move) holds too.
-            with patch_lock:
-                self.strategy.extended._being_scheduled = True  # pylint: disable=protected-access
-                try:
-                    closure = cc.Closure(fn, manager, args=args, kwargs=kwargs)
-                finally:
-                    self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
+            with patch_lock, tfcompat.coordinator.being_scheduled(self.strategy):
+                closure = tfcompat.coordinator.Closure(fn, manager, args=args, kwargs=kwargs)
         self.closures.keep(fn, args, kwargs, manager, closure)
         return closure
 
@@ -188,12 +190,8 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         the strategy as ``closure`` traces a worker's function (no "invoked without
         schedule" warning: the chief runs it on purpose)."""
         with self.strategy.scope():
-            with patch_lock:
-                self.strategy.extended._being_scheduled = True  # pylint: disable=protected-access
-                try:
-                    fn.get_concrete_function(*args)
-                finally:
-                    self.strategy.extended._being_scheduled = False  # pylint: disable=protected-access
+            with patch_lock, tfcompat.coordinator.being_scheduled(self.strategy):
+                fn.get_concrete_function(*args)
 
     def code_tensor(self, code: int) -> tf.Tensor:
         """The int64 tensor of a task code (:func:`task_code`); NO_ROUND's is cached."""
@@ -214,45 +212,41 @@ class HeteroCoordinator(cc.ClusterCoordinator):
         says so: Keras' ``fit`` catches the end of the data at ``join`` ("Your input ran out
         of data; interrupting training") and then fetches the last step's logs, which stock
         TF fails with a bare ``CancelledError``."""
-        original = remote_value._wait_and_maybe_error  # pylint: disable=protected-access
-        ready = remote_value._status_available_event  # pylint: disable=protected-access
+        ready = tfcompat.coordinator.remote_value_ready(remote_value)
         coordinator = weakref.ref(self)
         fit = self.errors_reached_user
 
-        def wait_and_maybe_error():
+        def wait_and_maybe_error(original):
             this = coordinator()
             if this is not None and this.engine is not None and not ready.is_set():
                 this.engine.flush()
                 try:
                     watchdog.wait_bounded(this, lambda: ready.wait(1.0))
                 except Exception as e:
-                    this._error_reached_user(e)  # pylint: disable=protected-access
+                    this.error_reached_user(e)
                     raise
             try:
                 original()
             except tf.errors.CancelledError as e:
-                if this is None or this._ran_out_in != fit:  # pylint: disable=protected-access
+                if this is None or this.ran_out_in != fit:
                     raise
                 raise tf.errors.OutOfRangeError(None, None, RAN_OUT) from e
 
-        remote_value._wait_and_maybe_error = wait_and_maybe_error  # pylint: disable=protected-access
+        tfcompat.coordinator.wrap_remote_wait(
+            remote_value, lambda original: functools.partial(wait_and_maybe_error, original))
 
-    def _error_reached_user(self, error: BaseException | None = None) -> None:
+    def error_reached_user(self, error: BaseException | None = None) -> None:
         """An error (``error``, if known) was raised to the user: like TF's ``join``, forget
         it (and what it left queued), so the next ``fit`` on this strategy starts clean. The
         end of the data is remembered for that fit's fetches (:meth:`_wrap_fetch`)."""
         if isinstance(error, tf.errors.OutOfRangeError):
-            self._ran_out_in = self.errors_reached_user
+            self.ran_out_in = self.errors_reached_user
         # Counted before the queue's error is cleared (workers.py)
         if self.engine is not None:
             self.engine.clear_error()  # its generation moves on
         else:
             self._async_errors += 1
-        queue = self._cluster.closure_queue
-        with queue._queue_lock:  # pylint: disable=protected-access
-            if queue._error is not None:  # pylint: disable=protected-access
-                queue._cancel_all_closures()  # pylint: disable=protected-access
-                queue._error = None  # pylint: disable=protected-access
+        tfcompat.coordinator.queue_of(self).clear_error()
 
 
 RAN_OUT = ("tf-hetero: this step did not run: the training data ran out before it (a "
@@ -267,10 +261,10 @@ def shutdown(strategy) -> None:
     coordinator (tf-hetero's or stock TF's), so nothing of a finished run keeps running beside
     the next one. TF would stop them only when the coordinator is garbage-collected, which
     never happens while its worker threads hold it. The strategy cannot schedule again."""
-    coordinator = getattr(strategy, "_cluster_coordinator", None)
+    coordinator = tfcompat.coordinator.coordinator_of(strategy)
     if coordinator is None:
         return
     if isinstance(coordinator, HeteroCoordinator):
         coordinator.stopped = True
         coordinator.applier.stop()
-    coordinator._cluster.stop()  # pylint: disable=protected-access
+    tfcompat.coordinator.stop_cluster(coordinator)

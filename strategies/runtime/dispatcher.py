@@ -15,6 +15,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tf_hetero import tfcompat
 from tf_hetero.strategies.runtime.accumulate import NO_ROUND
 from tf_hetero.strategies.runtime.errors import translate
 from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag, tag_of
@@ -29,7 +30,7 @@ class ClosureDispatcher:
         self.coordinator = coordinator
         self.tracer = tracer
         self.engine = coordinator.engine
-        self.queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+        self.queue = tfcompat.coordinator.queue_of(coordinator)
         self.last_accumulators: tuple = ()  # of the last training step scheduled
         self._drain_fns: dict = {}  # accumulators -> their push-only function (pipelined H-PS)
         self._apply_fns: dict = {}  # accumulators -> their round apply function
@@ -78,7 +79,8 @@ class ClosureDispatcher:
 
     def cancel(self, task):
         closure = task.payload
-        if closure.maybe_call_with_output_remote_value(lambda r: r._status_available_event.is_set()):  # pylint: disable=protected-access
+        if closure.maybe_call_with_output_remote_value(
+                lambda r: tfcompat.coordinator.remote_value_ready(r).is_set()):
             return  # an absorbed step already ended with its round's result
         closure.mark_cancelled()
 
@@ -102,13 +104,12 @@ class ClosureDispatcher:
         if worker is None:
             closure.tag = None
             try:
-                queue.put(closure)  # raises the queue's error, if any
+                queue.raw.put(closure)  # raises the queue's error, if any
             except Exception as e:  # pylint: disable=broad-except
                 self.engine.fail(translate(e))
             return
-        with queue._queue_lock:  # pylint: disable=protected-access
-            queue.inflight_closure_count += 1
-        queue.put(closure, tag=worker)
+        queue.count_pinned(1)
+        queue.raw.put(closure, tag=worker)
 
     def _dispatch_apply(self, round_id, lanes, folds):
         rnd = self.engine.rounds[round_id]
@@ -200,6 +201,7 @@ def hand_on(closure) -> None:
     kept = tag.output[1] if tag.output is not None else None
     result = kept if kept is not None else closure.maybe_call_with_output_remote_value(
         lambda r: r)
-    values = getattr(result, "_values", None)
+    values = tfcompat.coordinator.remote_values(result)
     for echo in echoes:
-        echo.maybe_call_with_output_remote_value(lambda r: r._set_values(values))  # pylint: disable=protected-access
+        echo.maybe_call_with_output_remote_value(
+            lambda r: tfcompat.coordinator.set_remote_value(r, values))

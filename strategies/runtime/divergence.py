@@ -26,6 +26,7 @@ import threading
 
 import tensorflow as tf
 
+from tf_hetero import tfcompat
 from tf_hetero.policies.diverge import DivergenceError, LossGuard
 from tf_hetero.strategies.runtime.errors import fail_fit
 from tf_hetero.strategies.runtime.tags import tag_of
@@ -77,7 +78,7 @@ class LossWatch:
         the worker's thread for a round trip (measured: ~4% of throughput at 20 ms steps)."""
         tag = tag_of(closure)
         (generation, remote_value), tag.output = tag.output, None
-        loss = _loss_of(getattr(remote_value, "_fetched_tensors", None))
+        loss = _loss_of(tfcompat.coordinator.fetched_tensors(remote_value))
         with self.lock:
             earlier = self.pending.pop(worker, None)
             if generation == self.generation:
@@ -92,11 +93,11 @@ class LossWatch:
         """Checks the losses not checked yet (``join``: the fit's last steps). TF counts a
         step finished before its worker thread hands it here: waits (at most
         ``timeout_s``) for those hand-overs."""
-        queue = self.coordinator._cluster.closure_queue  # pylint: disable=protected-access
+        queue = tfcompat.coordinator.queue_of(self.coordinator)
         with self.lock:
             # A step that failed hands nothing over: once TF holds an error the fit raises
             # it, and waiting for those hand-overs cost every failing fit the whole bound.
-            self.lock.wait_for(lambda: self.outstanding <= 0 or queue._error is not None,  # pylint: disable=protected-access
+            self.lock.wait_for(lambda: self.outstanding <= 0 or queue.error is not None,
                                timeout=timeout_s)
             pending, self.pending = list(self.pending.values()), {}
         for generation, loss in pending:

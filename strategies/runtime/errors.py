@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tf_hetero import tfcompat
+
 __all__ = ["ParameterServerError", "translate", "translated", "fail_fit"]
 
 
@@ -45,8 +47,4 @@ def fail_fit(coordinator, error: BaseException) -> None:
     if coordinator.engine is not None:
         coordinator.engine.fail(error)
         return
-    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
-    with queue._queue_lock:  # pylint: disable=protected-access
-        if queue._error is None:  # pylint: disable=protected-access
-            queue._error = error  # pylint: disable=protected-access
-        queue._stop_waiting_condition.notify_all()  # pylint: disable=protected-access
+    tfcompat.coordinator.queue_of(coordinator).fail(error)

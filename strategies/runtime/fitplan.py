@@ -28,12 +28,36 @@ the coordinator prints :func:`plan_line` at the first training step scheduled af
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
+from typing import Any
 
-from tf_hetero.patching import wrap_once
+from tf_hetero import tfcompat
 
-__all__ = ["fit_model", "fits_handler", "install", "plan_line", "note_plan", "take_plan"]
+__all__ = ["FitState", "state_of", "fit_model", "fits_handler", "install", "plan_line",
+           "note_plan", "take_plan"]
+
+
+@dataclasses.dataclass
+class FitState:
+    """What tf-hetero's wraps of tf_keras note on a tf-hetero strategy (its ``fit_state``;
+    a strategy without one is not tf-hetero's and is left alone)."""
+
+    #: The fit that is starting: its steps, epochs, steps per epoch and per execution
+    #: (:func:`note_plan`), taken by its first training task (:func:`take_plan`).
+    plan: dict | None = None
+    #: That fit's model (a weak reference), for rebalancing's decision 0 (:func:`fit_model`).
+    model: Any = None
+    #: > 0 while datasets this strategy distributes stay in whole batches
+    #: (:func:`~tf_hetero.strategies.runtime.granules.whole_batches`).
+    whole_batches: int = 0
+
+
+def state_of(strategy) -> FitState | None:
+    """The :class:`FitState` of a tf-hetero strategy, ``None`` for any other."""
+    state = getattr(strategy, "fit_state", None)
+    return state if isinstance(state, FitState) else None
 
 
 def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_execution: int,
@@ -72,22 +96,21 @@ def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_executio
 
 def note_plan(strategy, handler) -> None:
     """Keeps what ``handler`` (a tf_keras data handler) will run, for the next fit's line."""
-    try:
-        per_epoch = int(handler._inferred_steps)  # pylint: disable=protected-access
-        epochs = int(handler._epochs) - int(handler._initial_epoch)  # pylint: disable=protected-access
-        per_execution = int(handler._steps_per_execution.numpy())  # pylint: disable=protected-access
-    except (AttributeError, TypeError, ValueError):
+    plan = tfcompat.keras.handler_plan(handler)
+    if plan is None:
         return  # an unknown epoch length (a dataset without steps_per_epoch): no line
-    strategy._fit_plan = dict(steps=per_epoch * epochs, epochs=epochs, per_epoch=per_epoch,  # pylint: disable=protected-access
-                              per_execution=max(1, per_execution))
+    per_epoch, epochs, per_execution = plan
+    state_of(strategy).plan = dict(steps=per_epoch * epochs, epochs=epochs,
+                                   per_epoch=per_epoch, per_execution=max(1, per_execution))
 
 
 def take_plan(strategy):
     """The plan noted for ``strategy``'s next fit (once), or ``None``. Called at each training
     task: the fit's model noted with it (:func:`fit_model`) is forgotten too."""
-    plan = getattr(strategy, "_fit_plan", None)
-    strategy._fit_plan = None  # pylint: disable=protected-access
-    strategy._fit_model = None  # pylint: disable=protected-access
+    state = state_of(strategy)
+    if state is None:
+        return None
+    plan, state.plan, state.model = state.plan, None, None
     return plan
 
 
@@ -97,12 +120,13 @@ def fit_model(strategy):
 
     >>> import types, weakref
     >>> class Model: ...
-    >>> model, strategy = Model(), types.SimpleNamespace()
-    >>> strategy._fit_plan, strategy._fit_model = {"steps": 4}, weakref.ref(model)
+    >>> model = Model()
+    >>> strategy = types.SimpleNamespace(fit_state=FitState({"steps": 4}, weakref.ref(model)))
     >>> fit_model(strategy) is model, take_plan(strategy), fit_model(strategy)
     (True, {'steps': 4}, None)
     """
-    ref = getattr(strategy, "_fit_model", None)
+    state = state_of(strategy)
+    ref = state.model if state is not None else None
     return ref() if ref is not None else None
 
 
@@ -120,9 +144,7 @@ def fits_handler(kwargs) -> bool:
 def install() -> None:
     """Wraps tf_keras's ``get_data_handler`` (once per process) so that a handler built for
     a model under a tf-hetero strategy notes its plan on the strategy."""
-    from tf_keras.src.engine import data_adapter
-
-    wrap_once(data_adapter, "get_data_handler", _noting_data_handler)
+    tfcompat.keras.wrap_data_handler(_noting_data_handler)
 
 
 def _noting_data_handler(original):
@@ -132,10 +154,10 @@ def _noting_data_handler(original):
         strategy = getattr(model, "distribute_strategy", None)
         # Not the validation handler's plan: the next training task would take it (a second
         # fit line at epoch 2 of a fit with validation_data, its divergence watch reset).
-        if hasattr(strategy, "_hetero_config") and fits_handler(kwargs):
+        if state_of(strategy) is not None and fits_handler(kwargs):
             note_plan(strategy, handler)
             # Rebalancing's decision 0 places the model's variables before the first trace.
-            strategy._fit_model = weakref.ref(model)  # pylint: disable=protected-access
+            state_of(strategy).model = weakref.ref(model)
         return handler
 
     return get_data_handler

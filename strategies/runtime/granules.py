@@ -16,8 +16,8 @@ import contextlib
 
 import tensorflow as tf
 
-from tf_hetero.patching import wrap_once
-from tf_hetero.strategies.runtime.fitplan import fits_handler
+from tf_hetero import tfcompat
+from tf_hetero.strategies.runtime.fitplan import fits_handler, state_of
 
 __all__ = ["granulate", "GranuleIterator", "install", "is_iterator", "whole_batches"]
 
@@ -28,11 +28,12 @@ def whole_batches(strategy):
     re-batched into granules, and they do not set the rounds' global batch (the strategy's
     ``distribute_datasets_from_function`` / ``experimental_distribute_dataset``). For
     evaluation data: a step that is not a training task reads one element per ``next``."""
-    strategy._whole_batches += 1  # pylint: disable=protected-access
+    state = state_of(strategy)
+    state.whole_batches += 1
     try:
         yield
     finally:
-        strategy._whole_batches -= 1  # pylint: disable=protected-access
+        state.whole_batches -= 1
 
 
 def install() -> None:
@@ -45,15 +46,13 @@ def install() -> None:
     the first validation). tf_keras makes the data handler's per-worker dataset while the
     handler is built (``data_adapter._ClusterCoordinatorDataHandler``), so the distribution
     happens inside the call (fit's own handler: :func:`fitplan.fits_handler`)."""
-    from tf_keras.src.engine import data_adapter
-
-    wrap_once(data_adapter, "get_data_handler", _evaluation_in_whole_batches)
+    tfcompat.keras.wrap_data_handler(_evaluation_in_whole_batches)
 
 
 def _evaluation_in_whole_batches(original):
     def get_data_handler(*args, **kwargs):
         strategy = getattr(kwargs.get("model"), "distribute_strategy", None)
-        if getattr(getattr(strategy, "_hetero_config", None), "granule", None) is None \
+        if state_of(strategy) is None or strategy.config.granule is None \
                 or fits_handler(kwargs):
             return original(*args, **kwargs)
         with whole_batches(strategy):
@@ -72,16 +71,7 @@ def dataset_batch(dataset: tf.data.Dataset) -> int | None:
     size = sizes.pop() if len(sizes) == 1 else None
     if size is not None:
         return int(size)
-    node = dataset
-    for _ in range(64):  # up the pipeline: repeat, prefetch, shuffle, map... to the batch
-        batch = getattr(node, "_batch_size", None)
-        if batch is not None:
-            value = tf.get_static_value(batch)
-            return int(value) if value is not None else None
-        node = getattr(node, "_input_dataset", None)
-        if node is None:
-            return None
-    return None
+    return tfcompat.ops.dataset_batch_size(dataset)
 
 
 def granulate(dataset: tf.data.Dataset, granule: int, who: str) -> tuple[tf.data.Dataset, int]:

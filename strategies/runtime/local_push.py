@@ -15,11 +15,9 @@ bytes), and only the tasks the engine flags push the buffer to the worker's PS l
 A push encodes ``buffer (+ gradient) + residual`` with a :mod:`tf_hetero.strategies.runtime.quantize` codec on
 the worker and decodes it on the PS (the decode op is placed on the PS device, so the
 payload is what crosses the network); the residual keeps what the codec lost (error
-feedback). With an emulated link (profile ``link=``), the push waits
-``payload bytes x us/byte`` on the worker before its bytes leave it; in strict mode after
-the task's emulated compute time (:func:`tf_hetero.emulation.device.finish_compute`). With
-emulated PS tasks (profile ``ps_mbps``) each PS then serves its part of the payload, queued
-with every other request it serves (:mod:`tf_hetero.emulation.ps`), as a step's own push is.
+feedback). Under emulation the push waits for what the strategy's ``push_hook`` says (an
+emulated link and PS tasks, :mod:`tf_hetero.emulation.push`), after the task's emulated
+compute time (``hooks.step_hooks().finish_compute``); on real hardware for nothing.
 
 Per-worker variables cannot be read inside ``tf.cond`` (docs/TF_INTERNALS.md): buffers are read
 and written outside control flow with masks; only the PS writes sit in a ``tf.cond``.
@@ -36,8 +34,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tf_hetero.emulation.device import finish_compute, keep_gradient_local, sleep_op
-from tf_hetero.policies.placement import ps_index
+from tf_hetero import hooks
 from tf_hetero.engine import PUSH_ALL, PUSH_OLD
 from tf_hetero.strategies.runtime import quantize
 from tf_hetero.strategies.runtime.accumulate import (current_worker, decode_code, decode_size,
@@ -53,8 +50,7 @@ class LocalBuffers:
     while a step is traced).
     """
 
-    def __init__(self, strategy, accumulators, codec="fp32", link_us_per_byte=None,
-                 servers=None):
+    def __init__(self, strategy, accumulators, codec="fp32", push_hook=None):
         self.acc = accumulators
         self.optimizer = getattr(accumulators, "optimizer", None)
         self.codec = quantize.get(codec)
@@ -64,12 +60,9 @@ class LocalBuffers:
         # variable, summed per PS when a push is traced (a move re-traces it).
         self.payload_sizes = [self.codec.payload_bytes(v.shape.num_elements()) for v in variables]
         self.bytes_per_push = sum(self.payload_sizes)
-        self.servers = servers  # emulated PS tasks (profile ps_mbps) or None
-        num_workers = accumulators.num_workers
-        link = tuple(link_us_per_byte or (0.0,) * num_workers)
-        # Microseconds one push takes on each worker's emulated link.
-        self.link_us = tf.constant([int(round(u * self.bytes_per_push)) for u in link], tf.int64)
-        self.emulated_link = any(link)
+        #: What a push waits for before its PS writes (an emulated link and PS tasks, set by
+        #: tf_hetero.emulate; real hardware: nothing).
+        self.push_hook = push_hook or hooks.PushHook()
 
         def per_worker(value, name):
             return tf.Variable(value, trainable=False, name=name, per_worker_variable=True,
@@ -87,7 +80,7 @@ class LocalBuffers:
 
     def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
         """In a task: buffer this micro-batch's gradient; push if the code's flags say so."""
-        keep_gradient_local()  # the emulated link and PS charge the pushes below, not every step
+        hooks.step_hooks().keep_gradient_local()  # pushes below pay the link/PS, not each step
         grads = [None] * len(self.sums)
         for g, v in grads_and_vars:
             grads[self.acc.index_of(v)] = tf.cast(dense(g), self.sums[0].dtype)
@@ -117,7 +110,7 @@ class LocalBuffers:
         # PUSH_ALL after the compute (and, under emulation, after its emulated time).
         new_count = count + (0 if drain else size)
         total = [s + g for s, g in zip(sums, grads)]
-        done = None if drain else finish_compute(grads)
+        done = None if drain else hooks.step_hooks().finish_compute(grads)
         with tf.control_dependencies([pushed_old]):  # one PS lane write at a time
             pushed_all, residuals = self._maybe_push(push_all & (new_count > 0), total,
                                                      residuals, where, new_count, done)
@@ -164,28 +157,13 @@ class LocalBuffers:
             res.append(new_r)
         return out, res
 
-    def _payload_per_ps(self) -> list[int]:
-        """Payload bytes one push moves to each PS task (read when a push is traced: a
-        rebalancing move re-traces it)."""
-        out = [0] * self.servers.num_ps
-        for v, n in zip(self.acc.variables, self.payload_sizes):
-            p = ps_index(v.device)
-            if p is not None and p < len(out):
-                out[p] += n
-        return out
-
     def _push(self, payloads, where, micro_batches, after):
         """The PS write of one push (inside a ``tf.cond`` branch) to ``where``: (round, slot,
         lane)."""
         round_id, slot, worker = where
         deps = [] if after is None else [after]
         sent = [p for ps in payloads for p in ps]
-        if self.emulated_link:  # the bytes leave the worker once its link has carried them
-            with tf.control_dependencies(deps + sent):
-                deps = [sleep_op(tf.gather(self.link_us, worker))]
-        if self.servers is not None:  # then each PS serves its part of the payload, as it
-            # serves a step's own push (which keep_gradient_local left out for this step)
-            deps = deps + self.servers.serve_all(self._payload_per_ps(), after=deps + sent)
+        deps = self.push_hook.wait(worker, self.acc.variables, self.payload_sizes, deps, sent)
         with tf.control_dependencies(deps):
             payloads = [tuple(tf.identity(p) for p in ps) for ps in payloads]
         shapes = [v.shape for v in self.acc.variables]

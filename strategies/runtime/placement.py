@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework import ops
 
+from tf_hetero import tfcompat
 from tf_hetero.policies.placement import ps_index
 
 __all__ = ["create_variable", "variable_bytes", "plan_from_model", "shard_bytes"]
@@ -49,10 +49,9 @@ def create_variable(extended, placement, round_robin, next_creator, kwargs):
     else:
         # As TF's method does: clear the colocation scope (it would conflict with the device
         # scope) and name CPU:0 of the PS (a worker's GPU scope must not leak in).
-        with ops.colocate_with(None, ignore_existing=True):
-            with ops.device(f"/job:ps/task:{ps}/device:CPU:0"):
-                var = next_creator(**kwargs)
-        extended._variable_count += 1  # pylint: disable=protected-access
+        with tfcompat.ops.placed_on(f"/job:ps/task:{ps}/device:CPU:0"):
+            var = next_creator(**kwargs)
+        tfcompat.strategy.count_variable(extended)
     actual = int(var.shape.num_elements() * var.dtype.size) if var.shape.is_fully_defined() else 0
     placement.record(ps_index(var.device), actual, accesses, getattr(var, "name", ""))
     return var

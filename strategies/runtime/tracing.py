@@ -15,6 +15,7 @@ import time
 
 import tensorflow as tf
 
+from tf_hetero import tfcompat
 from tf_hetero.engine import EngineError
 from tf_hetero.strategies.runtime.accumulate import (NO_ROUND, Accumulators, accumulating,
                                                      decode_size)
@@ -182,8 +183,7 @@ class StepTracer:
             acc = self._accumulators_for(optimizer, variables)
             if not any(b.acc is acc for b in self.buffers):
                 self.buffers.append(LocalBuffers(self.strategy, acc, self.config.codec,
-                                                 self.strategy.link_us_per_byte,
-                                                 self.strategy.ps_servers))
+                                                 self.strategy.push_hook))
         self.monitor.bytes_per_push = sum(b.bytes_per_push for b in self.buffers)
         self.monitor.push_times = self.monitor.push_times or []
 
@@ -260,7 +260,7 @@ def _autograph(fn):
     python_fn = getattr(fn, "python_function", None)
     if python_fn is None:
         return None
-    return tf.autograph.to_graph(python_fn) if getattr(fn, "_autograph", True) else python_fn
+    return tf.autograph.to_graph(python_fn) if tfcompat.ops.autograph_enabled(fn) else python_fn
 
 
 class _NullAccumulators:

@@ -14,6 +14,7 @@ import threading
 import time
 import weakref
 
+from tf_hetero import tfcompat
 from tf_hetero.engine import EngineError
 from tf_hetero.strategies.runtime.errors import fail_fit, translate
 
@@ -23,18 +24,18 @@ __all__ = ["wait_bounded", "ensure_ticker", "TICKER_IDLE_EXIT_S"]
 def wait_bounded(coordinator, wait_step) -> None:
     """Calls ``wait_step()`` (blocks at most ~1 s, True when the wait is over) until it is
     over, a worker raised, or nothing finished in the config's ``stall_timeout_s``."""
-    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+    queue = tfcompat.coordinator.queue_of(coordinator)
     engine, monitor = coordinator.engine, coordinator.monitor
     stall = coordinator.config.stall_timeout_s
     last_progress, last_count = time.monotonic(), -1
     while True:
-        if queue._error is not None:  # pylint: disable=protected-access
+        if queue.error is not None:
             return  # the caller's TF join() raises it
         try:
             if wait_step():
                 return
         except Exception as e:  # pylint: disable=broad-except
-            if queue._error is not None:  # pylint: disable=protected-access
+            if queue.error is not None:
                 return
             raise translate(e) from e
         count = len(monitor.tasks) + len(monitor.rounds)

@@ -9,9 +9,11 @@ finish, apply, failure and recovery, a task learns its final round/slot/lane/pus
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
+from tf_hetero import tfcompat
 from tf_hetero.engine import OVERWRITE
 from tf_hetero.strategies.runtime.accumulate import NO_ROUND, task_code
 from tf_hetero.strategies.runtime.dispatcher import hand_on
@@ -34,7 +36,7 @@ def instrument(coordinator) -> None:
     attempt = threading.local()
     versions = _AsyncVersions()
     _drop_stale_failures(coordinator, attempt)
-    for worker in coordinator._cluster.workers:  # pylint: disable=protected-access
+    for worker in tfcompat.coordinator.workers_of(coordinator):
         _instrument(coordinator, worker, attempt, versions)
 
 
@@ -48,34 +50,24 @@ def _drop_stale_failures(coordinator, attempt) -> None:
     It reads ``coordinator.errors_reached_user`` under the queue's lock, and the coordinator
     clears the queue's error after counting, so either the echo is dropped here or it is set
     before, and then cleared with the error the user got."""
-    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
 
-    def mark_failed(e):  # TF's body, with the check inside the same lock
+    def seen(e):
         attempt.error = e
-        with queue._queue_lock:  # pylint: disable=protected-access
-            if queue._inflight_closure_count < 1:  # pylint: disable=protected-access
-                raise AssertionError("There is no inflight closures to mark_failed.")
-            seen = getattr(attempt, "errors_seen", None)
-            stale = seen is not None and seen != coordinator.errors_reached_user
-            if not stale and queue._error is None:  # pylint: disable=protected-access
-                queue._error = e  # pylint: disable=protected-access
-            queue.inflight_closure_count -= 1
-            if queue._inflight_closure_count == 0:  # pylint: disable=protected-access
-                queue._no_inflight_closure_condition.notify_all()  # pylint: disable=protected-access
-            queue._stop_waiting_condition.notify_all()  # pylint: disable=protected-access
 
-    queue.mark_failed = mark_failed
+    def keep_error(e):  # asked under the queue's lock
+        fit = getattr(attempt, "errors_seen", None)
+        return fit is None or fit == coordinator.errors_reached_user
+
+    tfcompat.coordinator.queue_of(coordinator).replace_mark_failed(keep_error, seen)
 
 
 def _instrument(coordinator, worker, attempt, versions):
-    process, on_failure, on_recovery = (worker._process_closure, worker._on_closure_failure,  # pylint: disable=protected-access
-                                        worker._on_worker_recovery)  # pylint: disable=protected-access
     w = worker.worker_index
     engine, monitor = coordinator.engine, coordinator.monitor
-    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+    queue = tfcompat.coordinator.queue_of(coordinator)
     local = coordinator.config.local is not None
 
-    def process_closure(closure):
+    def process_closure(process, closure):
         tag = tag_of(closure)
         task = tag.task if tag is not None and tag.kind == ClosureKind.TASK else None
         attempt.failed = False
@@ -97,7 +89,7 @@ def _instrument(coordinator, worker, attempt, versions):
                 flags = task.push | (OVERWRITE if task.overwrite else 0)
                 code = (task_code(task.round, task.lane, flags, slot, task.size)
                         if fresh else NO_ROUND)
-                closure._args = (coordinator.code_tensor(code),) + tuple(closure._args[1:])  # pylint: disable=protected-access
+                tfcompat.coordinator.set_first_arg(closure, coordinator.code_tensor(code))
         elif tag is not None and tag.kind == ClosureKind.ASYNC:
             with versions.lock:
                 version = versions.version
@@ -105,7 +97,7 @@ def _instrument(coordinator, worker, attempt, versions):
         end = time.perf_counter()
         if attempt.failed:
             return  # the closure went back to the queue; another worker runs it
-        error = attempt.error or queue._error  # pylint: disable=protected-access
+        error = attempt.error or queue.error
         if error is not None and engine is not None:
             engine.fail(translate(error), since=fit)  # stale if the user got it
             if tag is not None and tag.output is not None:
@@ -124,7 +116,7 @@ def _instrument(coordinator, worker, attempt, versions):
         if tag is not None and tag.output is not None:  # an asynchronous step: its loss
             coordinator.losses.finished(closure, w)
 
-    def on_closure_failure(closure, e):
+    def on_closure_failure(on_failure, closure, e):
         attempt.failed = True
         if engine is not None:
             engine.worker_failed(w)
@@ -132,38 +124,32 @@ def _instrument(coordinator, worker, attempt, versions):
         move_pinned_closures(coordinator, w)
         on_failure(closure, e)
 
-    def on_worker_recovery():
+    def on_worker_recovery(on_recovery):
         on_recovery()
         if engine is not None:
             engine.worker_recovered(w)
 
-    worker._process_closure = process_closure  # pylint: disable=protected-access
-    worker._on_closure_failure = on_closure_failure  # pylint: disable=protected-access
-    worker._on_worker_recovery = on_worker_recovery  # pylint: disable=protected-access
+    tfcompat.coordinator.hook_worker(
+        worker, process_closure=lambda tf_fn: functools.partial(process_closure, tf_fn),
+        on_closure_failure=lambda tf_fn: functools.partial(on_closure_failure, tf_fn),
+        on_worker_recovery=lambda tf_fn: functools.partial(on_worker_recovery, tf_fn))
 
 
 def move_pinned_closures(coordinator, w: int) -> None:
     """Moves the task closures queued for dead worker ``w`` to the shared queue."""
-    queue = coordinator._cluster.closure_queue  # pylint: disable=protected-access
+    queue = tfcompat.coordinator.queue_of(coordinator)
     engine = coordinator.engine
-    if queue._error is not None:  # pylint: disable=protected-access
+    if queue.error is not None:
         return  # training is failing anyway (e.g. a PS died): nothing to rescue
-    moved = []
-    with queue._queue_lock:  # pylint: disable=protected-access
-        tagged = queue._tagged_queue[w]  # pylint: disable=protected-access
-        keep = []
-        while not tagged.empty():
-            c = tagged.get(block=False)
-            tag = tag_of(c)
-            ours = tag is not None and tag.kind == ClosureKind.TASK
-            (moved if ours else keep).append(c)
-        for c in keep:  # per-worker resource closures stay with their worker
-            tagged.put(c, block=False)
-        queue.inflight_closure_count -= len(moved)
-    for c in moved:
+
+    def ours(c):  # per-worker resource closures stay with their worker
+        tag = tag_of(c)
+        return tag is not None and tag.kind == ClosureKind.TASK
+
+    for c in queue.take_pinned(w, ours):
         c.tag = None
         try:
-            queue.put(c)
+            queue.raw.put(c)
         except Exception as e:  # pylint: disable=broad-except
             if engine is not None:
                 engine.fail(translate(e))

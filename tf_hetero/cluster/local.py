@@ -207,22 +207,11 @@ class LocalCluster:
         they could not once the servers stop. docs/TF_INTERNALS.md, "Clean exit"."""
         if "tensorflow" not in sys.modules:  # nothing can be connected
             return
-        from tensorflow.core.protobuf import tensorflow_server_pb2
-        from tensorflow.python.eager import context
+        from tf_hetero import tfcompat
 
-        current = context.context().get_server_def()
-        if current is None:
-            return
-        ours = {a for role in ("worker", "ps") for a in self.cluster_spec[role]}
-        connected = {a for job in current.cluster.job if job.name != current.job_name
-                     for a in job.tasks.values()}
-        if not connected or not connected <= ours:
-            return  # connected to another cluster (or not to a remote one): not ours to touch
-        local = tensorflow_server_pb2.ServerDef()
-        local.CopyFrom(current)
-        del local.cluster.job[:]
-        local.cluster.job.extend(j for j in current.cluster.job if j.name == current.job_name)
-        context.context().update_server_def(local)
+        # Connected to another cluster (or not to a remote one): not ours to touch.
+        tfcompat.ops.keep_only_local_job(
+            {a for role in ("worker", "ps") for a in self.cluster_spec[role]})
 
     # ------------------------------------------------------------------ access
     @property

@@ -42,12 +42,13 @@ import threading
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.data.experimental.ops import testing as _data_testing
 
-from tf_hetero import tfcompat
+from tf_hetero import hooks, tfcompat
 from tf_hetero.emulation.profile import Profile, ProfileError
+from tf_hetero.emulation.ps import EmulatedServers, bytes_per_ps, num_ps
+from tf_hetero.emulation.sleep import sleep_op
 
-__all__ = ["emulate", "EmulatedDevice", "sleep_op", "finish_compute", "keep_gradient_local"]
+__all__ = ["emulate", "EmulatedDevice", "finish_compute", "keep_gradient_local"]
 
 _trace = threading.local()  # the emulated step being traced: (start, budget_us, sleeps, flags)
 
@@ -67,33 +68,6 @@ def finish_compute(after, extra_us=0) -> "tf.Tensor | None":
         slept = sleep_op(tf.maximum(budget_us + extra_us - elapsed_us, 0))
     sleeps.append(slept)
     return slept
-
-
-def _sleep_options() -> tf.data.Options:
-    options = tf.data.Options()
-    options.experimental_optimization.apply_default_optimizations = False
-    options.autotune.enabled = False
-    return options
-
-
-_SLEEP_OPTIONS = _sleep_options()
-
-
-def sleep_op(microseconds: tf.Tensor) -> tf.Tensor:
-    """An op that blocks the current device for ``microseconds`` (int64 scalar tensor).
-
-    Built from ``SleepDataset`` because TensorFlow has no public sleep op; the dataset is
-    created and drained inside the calling function, so nothing can prefetch it. tf.data's
-    default graph optimizations and autotuning are switched off for it: with them each sleep
-    cost ~3-4 ms more than asked on an idle 2-core machine and a 20 ms sleep often took 40 ms
-    (docs/TF_INTERNALS.md section 9); without them the excess is ~1 ms.
-    """
-    ds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
-    ds = ds.apply(_data_testing.sleep(tf.cast(microseconds, tf.int64)))
-    ds = ds.with_options(_SLEEP_OPTIONS)
-    # One get_next only: get_single_element() would probe for a second element and sleep
-    # twice (measured: a 100 ms budget took 200 ms).
-    return next(iter(ds))
 
 
 class EmulatedDevice:
@@ -193,8 +167,6 @@ class EmulatedDevice:
         def emulated_step(data):
             start = tf.timestamp()
             if servers is not None:
-                from tf_hetero.emulation.ps import bytes_per_ps
-
                 servers.read_bytes = bytes_per_ps(model.variables, servers.num_ps)
                 served = servers.serve_all(servers.read_bytes, after=[start])
                 if served:  # the device budget starts once the weights were served
@@ -225,8 +197,6 @@ class EmulatedDevice:
                 counted = self.budget_counter.assign_add(budget_us)
             pushed = []
             if servers is not None and not flags["local"] and not flags["pushed"]:
-                from tf_hetero.emulation.ps import bytes_per_ps
-
                 servers.push_bytes = bytes_per_ps(model.trainable_variables, servers.num_ps)
                 pushed = servers.serve_all(servers.push_bytes, after=[slept])
             with tf.control_dependencies([slept, counted] + pushed):
@@ -237,7 +207,7 @@ class EmulatedDevice:
 
 #: Marks an ``apply_gradients`` that does not update the variables (a round strategy's step
 #: writes accumulators; its round applies later): the emulation leaves its timing alone.
-DEFERS_UPDATE = "_tf_hetero_defers_update"
+DEFERS_UPDATE = hooks.DEFERS_UPDATE
 
 
 @contextlib.contextmanager
@@ -280,8 +250,6 @@ def _update_after_compute(device, model, flags):
         ready = [slept]
         servers = device.servers
         if servers is not None:
-            from tf_hetero.emulation.ps import bytes_per_ps
-
             servers.push_bytes = bytes_per_ps(model.trainable_variables, servers.num_ps)
             ready += servers.serve_all(servers.push_bytes, after=[slept])
             flags["pushed"] = True
@@ -328,6 +296,19 @@ def keep_gradient_local() -> None:
     step = getattr(_trace, "step", None)
     if step is not None:
         step[3]["local"] = True
+
+
+class _EmulatedStepHooks(hooks.StepHooks):
+    """The emulator's answers to a step being traced (:mod:`tf_hetero.hooks`)."""
+
+    def finish_compute(self, after, extra_us=0):
+        return finish_compute(after, extra_us)
+
+    def keep_gradient_local(self) -> None:
+        keep_gradient_local()
+
+
+_STEP_HOOKS = _EmulatedStepHooks()
 
 
 def _bytes(variables) -> int:
@@ -378,8 +359,6 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
         num_workers = tfcompat.strategy.num_workers(strategy)
     servers = None
     if profile.emulates_ps:
-        from tf_hetero.emulation.ps import EmulatedServers, num_ps
-
         ps_tasks = num_ps(strategy)
         if ps_tasks < 1:
             raise ProfileError(
@@ -393,10 +372,12 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
     with strategy.scope():
         device = EmulatedDevice(profile, num_workers, batch_size, strategy, servers)
     model.train_step = device.wrap(model.train_step, model)
-    if profile.link_mbps:  # read by strategies that push over the emulated link (H-PS)
-        strategy.link_us_per_byte = profile.link_us_per_byte(num_workers)
-    if servers is not None:  # read by strategies that push outside the step (H-PS)
-        strategy.ps_servers = servers
+    hooks.install_step_hooks(_STEP_HOOKS)  # a round strategy's traced steps reach them
+    if profile.link_mbps or servers is not None:  # pushes outside the step (H-PS's buffers)
+        from tf_hetero.emulation.push import EmulatedPush
+
+        link = profile.link_us_per_byte(num_workers) if profile.link_mbps else None
+        strategy.push_hook = EmulatedPush(link, servers)
     # A function traced before the wrap would not sleep: retrace on the next fit.
     model.train_function = None
     model._tf_hetero_device = device  # keeps the counter alive with the model

@@ -31,13 +31,10 @@ import functools
 
 import numpy as np
 import tensorflow as tf
-# Constructing the class directly bypasses variable creator scopes (VariableMetaclass only
-# runs them for tf.Variable itself), so a PS counter is never placed by the strategy's
-# round-robin and never counted in its placement.
-from tensorflow.python.ops.resource_variable_ops import ResourceVariable
 
 from tf_hetero import tfcompat
 from tf_hetero.emulation.profile import Profile
+from tf_hetero.emulation.sleep import sleep_op
 from tf_hetero.policies.placement import ps_index
 
 __all__ = ["EmulatedServers", "bytes_per_ps", "num_ps"]
@@ -92,7 +89,10 @@ class EmulatedServers:
         for device in self.devices:
             with tf.init_scope(), tf.device(device):
                 self._sections.append(tf.CriticalSection(name="tf_hetero_ps_server"))
-                self._counters.append(ResourceVariable(
+                # Made directly, the class bypasses variable creator scopes (VariableMetaclass
+                # runs them for tf.Variable only): a PS counter is never placed by the
+                # strategy's round-robin and never counted in its placement.
+                self._counters.append(tfcompat.ops.ResourceVariable(
                     tf.zeros([4], tf.int64), trainable=False, name="tf_hetero_ps_counters"))
 
     def _factor(self, p: int, now: tf.Tensor) -> tf.Tensor:
@@ -108,8 +108,6 @@ class EmulatedServers:
         """Runs on PS ``p`` inside its critical section (one request at a time): sleeps the
         service time of ``num_bytes``; returns ``(end, busy seconds)``. ``counted``: add to
         the PS's counters (every step's request; a probe's is not)."""
-        from tf_hetero.emulation.device import sleep_op
-
         with tf.device(self.devices[p]):
             got = tf.timestamp()
             us = tf.cast(tf.round(tf.cast(num_bytes, tf.float64) * self.us_per_byte[p]

@@ -48,6 +48,8 @@ class TaskLog:
         self._lock = threading.Lock()
         self._records: list[TaskRecord] = []
         self.t0 = time.perf_counter()
+        self._recorders: list[list] = []  # the worker threads' recorder lists it is in
+        self._record_fn = None
 
     @classmethod
     def from_records(cls, records) -> "TaskLog":
@@ -72,43 +74,28 @@ class TaskLog:
     def attach(self, coordinator) -> "TaskLog":
         """Records every closure each worker thread of ``coordinator`` processes from now on.
 
-        Several logs may be attached to one coordinator; each worker is wrapped once.
+        Several logs may be attached to one coordinator; each worker is wrapped once. A
+        closure the coordinator calls internal (``coordinator.is_internal(closure)``, e.g.
+        a tf-hetero drain) is not a task and is not recorded.
         """
-        from tf_hetero.strategies.runtime.tags import tag_of
+        from tf_hetero import tfcompat  # TF glue, only ever called with a TF coordinator
 
-        for worker in coordinator._cluster.workers:  # pylint: disable=protected-access
-            logs = getattr(worker, self._MARK, None)
-            if logs is None:
-                logs = []
-                setattr(worker, self._MARK, logs)
-                original = worker._process_closure  # pylint: disable=protected-access
+        self.detach()
+        internal = getattr(coordinator, "is_internal", lambda closure: False)
 
-                def timed(closure, _original=original, _worker=worker, _logs=logs):
-                    start = time.perf_counter()
-                    try:
-                        return _original(closure)
-                    finally:
-                        end = time.perf_counter()
-                        tag = tag_of(closure)
-                        if tag is None or not tag.internal:  # not a drain
-                            for task_log in list(_logs):
-                                task_log.record(_worker.worker_index, start, end)
+        def record(worker, start, end, closure):
+            if not internal(closure):
+                self.record(worker, start, end)
 
-                worker._process_closure = timed  # pylint: disable=protected-access
-            if self not in logs:
-                logs.append(self)
-        self._coordinator = coordinator
+        self._recorders = tfcompat.coordinator.time_closures(coordinator, self._MARK, record)
+        self._record_fn = record
         return self
 
     def detach(self) -> None:
-        coordinator = getattr(self, "_coordinator", None)
-        if coordinator is None:
-            return
-        for worker in coordinator._cluster.workers:  # pylint: disable=protected-access
-            logs = getattr(worker, self._MARK, [])
-            if self in logs:
-                logs.remove(self)
-        self._coordinator = None
+        for recorders in self._recorders:
+            if self._record_fn in recorders:
+                recorders.remove(self._record_fn)
+        self._recorders, self._record_fn = [], None
 
     @classmethod
     def for_strategy(cls, strategy) -> "TaskLog":

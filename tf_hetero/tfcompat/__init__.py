@@ -17,7 +17,7 @@ import importlib
 
 #: Submodules, imported on first use (``tfcompat.keras`` imports tf_keras: a module that only
 #: needs ``tfcompat.strategy`` does not pay for it).
-_MODULES = ("strategy",)
+_MODULES = ("coordinator", "keras", "ops", "strategy")
 __all__ = list(_MODULES)
 
 

@@ -1,0 +1,273 @@
+"""The adapter's reaches into TensorFlow's and tf_keras's private names still work on the
+installed versions: each adapter function is run on real TF objects (no cluster), or, for
+names only a connected strategy has, its TF source is checked to still set them. A TF or
+tf_keras upgrade that renames or drops one fails here first (docs/TF_INTERNALS.md maps each
+function to its test)."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from tf_hetero import tfcompat
+from tf_hetero.tfcompat import coordinator as tfc
+
+# pylint: disable=protected-access
+
+
+@pytest.fixture
+def queue():
+    from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+    return tfc.ClosureQueue(cc._CoordinatedClosureQueue())
+
+
+def _closure():
+    fn = tf.function(lambda x: x + 1)
+    return tfc.Closure(fn, tfc.ClosureQueue(_raw_queue()).cancellation_manager,
+                       args=(tf.constant(1),))
+
+
+def _raw_queue():
+    from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+    return cc._CoordinatedClosureQueue()
+
+
+# -- tfcompat.coordinator --------------------------------------------------------------------
+
+def test_the_queue_fails_and_clears_as_tf_join_does(queue):
+    assert queue.error is None and isinstance(queue.lock, type(threading.Lock()))
+    queue.fail(ValueError("first"))
+    queue.fail(ValueError("second"))  # the first error stays
+    assert str(queue.error) == "first"
+    manager = queue.cancellation_manager
+    queue.clear_error()  # cancels what is queued: a new cancellation manager
+    assert queue.error is None and queue.cancellation_manager is not manager
+    queue.fail(ValueError("third"))
+    with pytest.raises(ValueError, match="third"):
+        queue.raw.wait(timeout=0.1)  # TF raises the queue's error from wait
+
+
+def test_pinned_closures_are_counted_and_taken_back(queue):
+    a, b = _closure(), _closure()
+    queue.count_pinned(2)
+    queue.raw.put(a, tag=1)
+    queue.raw.put(b, tag=1)
+    assert queue.raw.inflight_closure_count == 2
+    assert queue.take_pinned(1, lambda c: c is a) == [a]
+    assert queue.raw.inflight_closure_count == 1
+    assert queue.raw.get(tag=1) is b  # the other stays queued for its worker
+
+
+def test_a_replaced_mark_failed_keeps_only_the_errors_it_is_told_to(queue):
+    seen = []
+    queue.replace_mark_failed(lambda e: "keep" in str(e), seen.append)
+    queue.raw.inflight_closure_count = 2
+    queue.raw.mark_failed(RuntimeError("drop"))
+    assert queue.error is None and queue.raw.inflight_closure_count == 1
+    queue.raw.mark_failed(RuntimeError("keep"))
+    assert str(queue.error) == "keep" and queue.raw.inflight_closure_count == 0
+    assert [str(e) for e in seen] == ["drop", "keep"]
+    with pytest.raises(AssertionError, match="no inflight closures"):
+        queue.raw.mark_failed(RuntimeError("none in flight"))
+
+
+def test_worker_hooks_wrap_the_methods_tf_calls():
+    from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+    for name in ("_process_closure", "_on_closure_failure", "_on_worker_recovery"):
+        assert callable(getattr(cc.Worker, name)), name
+    calls = []
+
+    class FakeWorker:
+        worker_index = 0
+
+        def _process_closure(self, closure):
+            calls.append(("tf", closure))
+
+    w = FakeWorker()
+    tfc.hook_worker(w, process_closure=lambda tf_fn: lambda c: (calls.append("ours"), tf_fn(c)))
+    w._process_closure("c")
+    assert calls == ["ours", ("tf", "c")]
+    source = inspect.getsource(cc.Worker._process_closure)
+    assert "_on_worker_recovery" in source and "_on_closure_failure" in source
+    # Read from the module's file: a test fixture may have wrapped a method.
+    with open(cc.__file__, encoding="utf-8") as f:
+        text = f.read()
+    for name in ("self.closure_queue = ", "self.workers = ", "self._cluster = Cluster(",
+                 "self._has_initialized = True", "strategy._cluster_coordinator = ",
+                 "def stop(self)"):
+        assert name in text, name
+
+
+def test_closures_and_their_remote_values():
+    closure = _closure()
+    assert not tfc.output_built(closure)
+    tfc.set_first_arg(closure, tf.constant(41))
+    assert int(closure._args[0]) == 41
+    value = closure.build_output_remote_value()
+    assert tfc.output_built(closure)
+    ready = tfc.remote_value_ready(value)
+    assert isinstance(ready, threading.Event) and not ready.is_set()
+    assert tfc.fetched_tensors(value) is None
+    waited = []
+    tfc.wrap_remote_wait(value, lambda original: lambda: (waited.append(1), original())[1])
+    tfc.set_remote_value(value, tf.constant(42))
+    assert ready.is_set() and int(tfc.remote_values(value)) == 42
+    value._wait_and_maybe_error()
+    assert waited  # fetch() itself needs a cluster to copy the value to (values.py)
+    from tensorflow.python.distribute.coordinator import values
+
+    with open(values.__file__, encoding="utf-8") as f:
+        text = f.read()
+    assert "self._fetched_tensors = " in text and "self._wait_and_maybe_error()" in text
+
+
+def test_time_closures_records_each_processed_closure_once_per_recorder():
+    class FakeWorker:
+        def __init__(self, i):
+            self.worker_index = i
+
+        def _process_closure(self, closure):
+            return closure
+
+    class Fake:
+        pass
+
+    coordinator = Fake()
+    coordinator._cluster = Fake()
+    coordinator._cluster.workers = [FakeWorker(0), FakeWorker(1)]
+    got = []
+    tfc.time_closures(coordinator, "_tf_hetero_test_mark", lambda w, s, e, c: got.append((w, c)))
+    tfc.time_closures(coordinator, "_tf_hetero_test_mark", lambda w, s, e, c: got.append("2nd"))
+    assert coordinator._cluster.workers[1]._process_closure("x") == "x"
+    assert got == [(1, "x"), "2nd"]
+
+
+def test_being_scheduled_sets_the_flag_tf_schedule_sets():
+    from tensorflow.python.distribute import parameter_server_strategy_v2 as pssv2
+
+    assert "_being_scheduled" in inspect.getsource(pssv2)
+
+    class Fake:
+        pass
+
+    strategy = Fake()
+    strategy.extended = Fake()
+    with tfc.being_scheduled(strategy):
+        assert strategy.extended._being_scheduled is True
+    assert strategy.extended._being_scheduled is False
+
+
+# -- tfcompat.strategy -----------------------------------------------------------------------
+
+def test_the_extended_internals_the_adapter_reads_are_still_set():
+    with open(inspect.getmodule(tfcompat.strategy.Extended).__file__, encoding="utf-8") as f:
+        text = f.read()
+    for name in ("self._num_workers = ", "self._num_ps = ", "self._variable_partitioner = ",
+                 "self._variable_count += 1", "def _create_variable_round_robin(",
+                 "self._should_use_with_coordinator = True", "self._extended = "):
+        assert name in text, name
+    from tensorflow.python.distribute import distribute_lib
+
+    with open(distribute_lib.__file__, encoding="utf-8") as f:
+        assert "extended._retrace_functions_for_each_device = " in f.read()
+
+
+# -- tfcompat.keras --------------------------------------------------------------------------
+
+def _model():
+    model = keras.Sequential([keras.layers.Dense(2, input_shape=(3,))])
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    return model
+
+
+def test_the_data_handler_plan_and_wrap():
+    from tf_keras.src.engine import data_adapter
+
+    model = _model()
+    ds = tf.data.Dataset.from_tensor_slices((np.ones((8, 3)), np.ones((8, 2)))).batch(2)
+    handler = data_adapter.get_data_handler(
+        x=ds, model=model, steps_per_epoch=4, initial_epoch=1, epochs=3,
+        steps_per_execution=tf.Variable(2))
+    assert tfcompat.keras.handler_plan(handler) == (4, 2, 2)
+    assert tfcompat.keras.handler_plan(object()) is None
+    assert "shuffle" in inspect.signature(data_adapter.get_data_handler).parameters or \
+        "shuffle" in inspect.getsource(data_adapter.DataHandler.__init__)
+    training_source = inspect.getsource(keras.Model.fit)
+    assert "get_data_handler" in training_source and "shuffle=" in training_source
+
+
+def test_the_wrapped_tf_keras_functions_exist():
+    from tf_keras.src.callbacks import CallbackList
+    from tf_keras.src.engine import data_adapter
+
+    assert callable(data_adapter.get_data_handler)
+    assert callable(CallbackList.on_train_begin)
+    assert keras.Model is __import__("tf_keras.src.engine.training",
+                                     fromlist=["Model"]).Model
+
+
+def test_optimizer_classes_cover_the_new_and_legacy_optimizers():
+    classes = tuple(tfcompat.keras.optimizer_classes())
+    assert isinstance(keras.optimizers.SGD(), classes)
+    assert isinstance(keras.optimizers.legacy.SGD(), classes)
+    assert all("apply_gradients" in c.__dict__ for c in classes)
+
+
+def test_the_running_fit_is_found_on_the_stack():
+    seen = {}
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen["fit"] = tfcompat.keras.calling_fit()
+            seen["running"] = tfcompat.keras.fit_running(seen["fit"])
+
+    _model().fit(np.ones((4, 3)), np.ones((4, 2)), epochs=1, verbose=0, callbacks=[Probe()])
+    assert seen["fit"] is not None and seen["running"]
+    assert not tfcompat.keras.fit_running(seen["fit"])  # the fit returned
+    assert tfcompat.keras.calling_fit() is None
+
+
+# -- tfcompat.ops ----------------------------------------------------------------------------
+
+def test_the_sleep_dataset_sleeps():
+    ds = tf.data.Dataset.from_tensors(0).apply(tfcompat.ops.sleep_dataset(tf.constant(50_000,
+                                                                                 tf.int64)))
+    t0 = time.perf_counter()
+    list(ds)
+    assert time.perf_counter() - t0 >= 0.045
+
+
+def test_variable_classes_functions_and_placement():
+    base, resource = tfcompat.ops.resource_variable_classes()
+    v = tf.Variable(1.0)
+    assert isinstance(v, base) and issubclass(resource, base)
+    assert "assign_add" in base.__dict__
+    assert isinstance(tfcompat.ops.ResourceVariable(1.0), resource)
+    assert tfcompat.ops.v1_optimizer_class() is tf.compat.v1.train.Optimizer
+    assert tfcompat.ops.autograph_enabled(tf.function(lambda: 1))
+    assert not tfcompat.ops.autograph_enabled(tf.function(lambda: 1, autograph=False))
+    with tfcompat.ops.placed_on("/job:localhost/replica:0/task:0/device:CPU:0"):
+        placed = tf.Variable(2.0)
+    assert placed.device.endswith("CPU:0")
+
+
+def test_dataset_batch_size_walks_up_the_pipeline():
+    ds = tf.data.Dataset.range(10).batch(4).repeat().map(lambda x: x).prefetch(1)
+    assert tfcompat.ops.dataset_batch_size(ds) == 4
+    assert tfcompat.ops.dataset_batch_size(tf.data.Dataset.range(3)) is None
+
+
+def test_device_datasets_wrap_target_and_local_job():
+    from tensorflow.python.data.ops import multi_device_iterator_ops
+
+    assert callable(multi_device_iterator_ops._create_device_dataset)
+    assert tfcompat.ops.keep_only_local_job(set()) is False  # no cluster connected

@@ -1,0 +1,239 @@
+"""``ClusterCoordinator`` internals: the closure queue, worker threads, closures and remote
+values (tensorflow/python/distribute/coordinator/cluster_coordinator.py, "cc" below, and
+coordinator/values.py).
+
+TF's coordinator has no extension points: tf-hetero pins closures to workers through the
+queue's per-worker tagged queues (TF uses them for per-worker resources only and counts them
+nowhere), hooks each worker thread's closure processing, and fails or clears a fit through the
+queue's error. Each of those reaches is one function or method here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from typing import Callable, Iterator
+
+from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+from tensorflow.python.distribute.coordinator import values as coordinator_values
+
+__all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "initialized",
+           "coordinator_of", "queue_of",
+           "workers_of", "stop_cluster", "hook_worker", "time_closures", "set_first_arg", "output_built",
+           "remote_value_ready", "remote_values", "fetched_tensors", "set_remote_value",
+           "wrap_remote_wait", "being_scheduled"]
+
+#: The public classes, re-exported so that callers import nothing from ``tensorflow.python``.
+ClusterCoordinator = cc.ClusterCoordinator
+Closure = cc.Closure
+PerWorkerValues = coordinator_values.PerWorkerValues
+
+# pylint: disable=protected-access
+
+
+class ClosureQueue:
+    """tf-hetero's view of a coordinator's ``_CoordinatedClosureQueue`` (cc ~363-560). This
+    class is thread-safe as TF's queue is: every read-modify-write below holds the queue's
+    own lock (``_queue_lock``), the lock TF's ``put``/``get``/``mark_finished`` take.
+
+    The public methods of TF's queue (``put``, ``get``, ``wait``, ``mark_finished``,
+    ``inflight_closure_count``) are used on :attr:`raw` directly.
+    """
+
+    def __init__(self, queue):
+        #: TF's queue object.
+        self.raw = queue
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The queue's lock (``_queue_lock``)."""
+        return self.raw._queue_lock
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error a closure left (``_error``): TF raises it from the next ``put``/``wait``."""
+        return self.raw._error
+
+    @property
+    def cancellation_manager(self):
+        """The manager new closures are made with (``_cancellation_mgr``)."""
+        return self.raw._cancellation_mgr
+
+    def fail(self, error: BaseException) -> None:
+        """Sets ``error`` as the queue's error unless one is set, and wakes its waiters: the
+        next ``schedule``/``join`` raises it, as after a failing closure."""
+        with self.lock:
+            if self.raw._error is None:
+                self.raw._error = error
+            self.raw._stop_waiting_condition.notify_all()
+
+    def clear_error(self) -> None:
+        """What TF's ``join`` does once it raised the error: cancels what is queued and
+        forgets the error, so the next fit starts clean."""
+        with self.lock:
+            if self.raw._error is not None:
+                self.raw._cancel_all_closures()
+                self.raw._error = None
+
+    def count_pinned(self, n: int) -> None:
+        """``n`` more closures in flight: TF counts no tagged closure (cc ~363), so a pinned
+        closure is counted here, and ``join`` waits for it."""
+        with self.lock:
+            self.raw.inflight_closure_count += n
+
+    def take_pinned(self, worker: int, take: Callable[[object], bool]) -> list:
+        """Removes the closures queued for ``worker`` (its tagged queue) for which ``take``
+        is true, uncounts them and returns them; the others stay queued in order."""
+        with self.lock:
+            tagged = self.raw._tagged_queue[worker]
+            taken, keep = [], []
+            while not tagged.empty():
+                c = tagged.get(block=False)
+                (taken if take(c) else keep).append(c)
+            for c in keep:
+                tagged.put(c, block=False)
+            self.raw.inflight_closure_count -= len(taken)
+        return taken
+
+    def replace_mark_failed(self, keep_error: Callable[[BaseException], bool],
+                            seen: Callable[[BaseException], None] = lambda e: None) -> None:
+        """Replaces the queue's ``mark_failed`` (cc ~520) by TF's body with one change: the
+        error is kept only if ``keep_error(e)`` (asked under the queue's lock). ``seen(e)``
+        is called first, outside it."""
+        queue = self.raw
+
+        def mark_failed(e):
+            seen(e)
+            with queue._queue_lock:
+                if queue._inflight_closure_count < 1:
+                    raise AssertionError("There is no inflight closures to mark_failed.")
+                if queue._error is None and keep_error(e):
+                    queue._error = e
+                queue.inflight_closure_count -= 1
+                if queue._inflight_closure_count == 0:
+                    queue._no_inflight_closure_condition.notify_all()
+                queue._stop_waiting_condition.notify_all()
+
+        queue.mark_failed = mark_failed
+
+
+def initialized(coordinator) -> bool:
+    """True once ``ClusterCoordinator.__init__`` ran on this instance (``_has_initialized``):
+    TF caches one coordinator per strategy and Python re-runs ``__init__`` on every
+    ``ClusterCoordinator(strategy)`` call (cc ~1472)."""
+    return getattr(coordinator, "_has_initialized", False)
+
+
+def coordinator_of(strategy):
+    """The coordinator TF cached for ``strategy`` (``_cluster_coordinator``), or ``None``."""
+    return getattr(strategy, "_cluster_coordinator", None)
+
+
+def queue_of(coordinator) -> ClosureQueue:
+    """The coordinator's closure queue (``_cluster.closure_queue``)."""
+    return ClosureQueue(coordinator._cluster.closure_queue)
+
+
+def workers_of(coordinator) -> list:
+    """The coordinator's ``Worker`` objects (``_cluster.workers``), one per worker task;
+    ``worker.worker_index`` is public."""
+    return list(coordinator._cluster.workers)
+
+
+def stop_cluster(coordinator) -> None:
+    """Stops the coordinator's worker threads and closure queue (``_cluster.stop()``)."""
+    coordinator._cluster.stop()
+
+
+def hook_worker(worker, *, process_closure=None, on_closure_failure=None,
+                on_worker_recovery=None) -> None:
+    """Wraps a ``Worker``'s ``_process_closure(closure)``, ``_on_closure_failure(closure,
+    error)`` and ``_on_worker_recovery()`` (cc ~1000-1090). Each argument is a function that
+    takes TF's method and returns its replacement."""
+    for name, make in (("_process_closure", process_closure),
+                       ("_on_closure_failure", on_closure_failure),
+                       ("_on_worker_recovery", on_worker_recovery)):
+        if make is not None:
+            setattr(worker, name, make(getattr(worker, name)))
+
+
+def time_closures(coordinator, mark: str, record) -> list:
+    """Calls ``record(worker_index, start, end, closure)`` after each closure a worker thread
+    of ``coordinator`` processes (``Worker._process_closure``, wrapped once per worker, the
+    wrap found again by the attribute ``mark``). Returns each worker's list of recorders under
+    ``mark``: ``record`` is added to each; remove it from them to stop."""
+    lists = []
+    for worker in coordinator._cluster.workers:
+        recorders = getattr(worker, mark, None)
+        if recorders is None:
+            recorders = []
+            setattr(worker, mark, recorders)
+
+            def timed(process, closure, _worker=worker, _recorders=recorders):
+                start = time.perf_counter()
+                try:
+                    return process(closure)
+                finally:
+                    end = time.perf_counter()
+                    for r in list(_recorders):
+                        r(_worker.worker_index, start, end, closure)
+
+            hook_worker(worker, process_closure=lambda tf_fn, timed=timed:
+                        functools.partial(timed, tf_fn))
+        recorders.append(record)
+        lists.append(recorders)
+    return lists
+
+
+def set_first_arg(closure, value) -> None:
+    """Replaces the first positional argument a closure will call its function with
+    (``Closure._args``)."""
+    closure._args = (value,) + tuple(closure._args[1:])
+
+
+def output_built(closure) -> bool:
+    """True once ``build_output_remote_value`` was called on ``closure``."""
+    return closure._output_remote_value_ref is not None
+
+
+def remote_value_ready(remote_value) -> threading.Event:
+    """The event set when a ``RemoteValue`` has its value or error
+    (``_status_available_event``)."""
+    return remote_value._status_available_event
+
+
+def remote_values(remote_value):
+    """The values a finished ``RemoteValue`` holds (``_values``; ``None`` if it has none)."""
+    return getattr(remote_value, "_values", None)
+
+
+def fetched_tensors(remote_value):
+    """The tensors a ``RemoteValue`` was fetched to on the chief (``_fetched_tensors``;
+    ``None`` before a fetch)."""
+    return getattr(remote_value, "_fetched_tensors", None)
+
+
+def set_remote_value(remote_value, values) -> None:
+    """Ends a ``RemoteValue`` with ``values`` (``_set_values``), as its closure would."""
+    remote_value._set_values(values)
+
+
+def wrap_remote_wait(remote_value, make: Callable[[Callable[[], None]], Callable[[], None]]
+                     ) -> None:
+    """Wraps the wait behind a ``RemoteValue``'s ``fetch``/``get``
+    (``_wait_and_maybe_error``): ``make`` takes TF's and returns its replacement."""
+    remote_value._wait_and_maybe_error = make(remote_value._wait_and_maybe_error)
+
+
+@contextlib.contextmanager
+def being_scheduled(strategy) -> Iterator[None]:
+    """While a closure is built: the strategy's ``_being_scheduled`` flag, which TF sets in
+    ``schedule`` so that a function traced then does not warn that it was "invoked without
+    schedule" (pssv2). The flag is shared by every thread: hold a lock around this."""
+    strategy.extended._being_scheduled = True
+    try:
+        yield
+    finally:
+        strategy.extended._being_scheduled = False

@@ -1,0 +1,89 @@
+"""tf_keras internals ("tk" below = tf_keras/src): the data handler ``fit``/``evaluate``
+build (tk/engine/data_adapter.py), the callback list (tk/callbacks.py), the optimizer base
+classes (tk/optimizers/), and the frame of a running ``fit`` (tk/engine/training.py).
+
+tf-hetero changes what tf_keras does only by wrapping these (each wrap once per process,
+:func:`tf_hetero.patching.wrap_once`); the wrappers themselves live where their reason is
+(``strategies/runtime/fitplan.py``, ``granules.py``, ``callbacks.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+from typing import Callable
+
+from tf_hetero.patching import wrap_once
+
+__all__ = ["wrap_data_handler", "handler_plan", "wrap_train_begin", "optimizer_classes",
+           "calling_fit", "fit_running"]
+
+# pylint: disable=protected-access
+
+
+def wrap_data_handler(make: Callable[[Callable], Callable]) -> bool:
+    """Wraps ``data_adapter.get_data_handler`` (tk/engine/data_adapter.py), which ``fit``,
+    ``evaluate`` and ``predict`` call (keyword arguments; ``fit`` alone passes ``shuffle=``)
+    and which builds the per-worker dataset under a PS strategy."""
+    from tf_keras.src.engine import data_adapter
+
+    return wrap_once(data_adapter, "get_data_handler", make)
+
+
+def handler_plan(handler) -> tuple[int, int, int] | None:
+    """``(steps per epoch, epochs to run, steps per execution)`` of a data handler
+    (``_inferred_steps``, ``_epochs - _initial_epoch``, ``_steps_per_execution``), or
+    ``None`` when the epoch length is unknown (a dataset without ``steps_per_epoch``)."""
+    try:
+        per_epoch = int(handler._inferred_steps)
+        epochs = int(handler._epochs) - int(handler._initial_epoch)
+        per_execution = int(handler._steps_per_execution.numpy())
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return per_epoch, epochs, per_execution
+
+
+def wrap_train_begin(make: Callable[[Callable], Callable]) -> bool:
+    """Wraps ``CallbackList.on_train_begin`` (tk/callbacks.py), called once per ``fit``
+    before its first step."""
+    from tf_keras.src.callbacks import CallbackList
+
+    return wrap_once(CallbackList, "on_train_begin", make)
+
+
+def optimizer_classes() -> list[type]:
+    """The tf_keras optimizer base classes whose ``apply_gradients`` a training step may
+    call: the optimizer (tk/optimizers/optimizer.py) and the legacy ``OptimizerV2``
+    (tk/optimizers/legacy/optimizer_v2.py)."""
+    from tf_keras.src.optimizers import optimizer as new_opt
+    from tf_keras.src.optimizers.legacy import optimizer_v2
+
+    return [new_opt.Optimizer, optimizer_v2.OptimizerV2]
+
+
+def calling_fit():
+    """``(thread id, frame)`` of the tf_keras ``fit`` call on this thread's stack
+    (``Model.fit`` in tk/engine/training.py), or ``None`` (e.g. a callback driven by
+    hand)."""
+    frame = inspect.currentframe().f_back
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and "tf_keras" in frame.f_code.co_filename:
+            return threading.get_ident(), frame
+        frame = frame.f_back
+    return None
+
+
+def fit_running(fit) -> bool:
+    """True while ``fit`` (from :func:`calling_fit`) is still on its thread's stack (a fit
+    that raises calls no ``on_train_end``). ``sys._current_frames`` is CPython's documented
+    way to see another thread's stack."""
+    if fit is None:
+        return True
+    ident, target = fit
+    frame = sys._current_frames().get(ident)
+    while frame is not None:
+        if frame is target:
+            return True
+        frame = frame.f_back
+    return False
