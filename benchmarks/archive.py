@@ -5,7 +5,7 @@ microseconds), gzipped; the original is deleted. Figures (``*.png``) are deleted
 ``--keep-png``: a figure is redrawn from its JSON with ``benchmarks/replot.py``.
 
     python benchmarks/archive.py benchmarks/results/2026-12-01-my-run/
-    zcat benchmarks/results/2026-12-01-my-run/scenarios/one_slow/bench.json.gz | python -m json.tool | less
+    zcat benchmarks/results/2026-12-01-my-run/bench.json.gz | python -m json.tool | less
 
 Needs only the standard library. A results folder should stay under ~1 MB (its README says
 why when it cannot).

@@ -2,7 +2,8 @@
 timeline) from its JSON, plain or gzipped: the figure ``tf-hetero bench`` writes beside its
 JSON, which results folders do not keep.
 
-    python benchmarks/replot.py benchmarks/results/2026-11-29-lean-round/scenarios/one_slow/bench.json.gz one_slow.png
+    python benchmarks/replot.py \
+        benchmarks/results/2026-11-29-lean-round/scenarios/one_slow/bench.json.gz one_slow.png
 
 Self-contained (numpy and matplotlib only) so that it keeps working on old runs whatever the
 package's report code becomes.
