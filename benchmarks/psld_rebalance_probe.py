@@ -1,9 +1,9 @@
-"""Where a live-rebalancing decision's time goes (docs/PSLD.md section 4, "Measured"): one
-in-process BSP fit of 40 rounds (4 workers, 2 PS, profile base_ms=30;ps_mbps=4;ps_slow=1:3,
-the MLP on digits), rebalance=RebalanceController(window=WINDOW). Prints each boundary wait
-(the tasks pending when it started, the rounds applied inside it), the rates the controller
-estimated at each decision, every round's open/applied time, the moves, and when rounds 27
-and 40 were applied.
+"""Where a live-rebalancing decision's time goes (docs/decisions/0008-rebalancing-controller.md;
+its figures in benchmarks/results/2026-11-25-psld-first-runs/): one in-process BSP fit of 40
+rounds (4 workers, 2 PS, profile base_ms=30;ps_mbps=4;ps_slow=1:3, the MLP on digits),
+rebalance=RebalanceController(window=WINDOW). Prints each boundary wait (the tasks pending when
+it started, the rounds applied inside it), the rates the controller estimated at each decision,
+every round's open/applied time, the moves, and when rounds 27 and 40 were applied.
 
     flock /tmp/tf-hetero-heavy.lock .venv/bin/python benchmarks/psld_rebalance_probe.py 8
 """

@@ -1,3 +1,7 @@
+# Frozen at commit 002ffd3: run with `git checkout 002ffd3`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. (Run at `eac3b7e`; the tree of
+# `002ffd3`, which added it, has the same package code.) Results and command: README.md beside
+# it.
 """EPSP straggler factor and round size on the suite (issue 11 item 4): variants registered
 in this process, then the scenario bench as `tf-hetero bench --scenario` runs it."""
 import sys

@@ -1,3 +1,7 @@
+# Frozen at commit 44dcb91: run with `git checkout 44dcb91`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. (Run at `1f836ba`; the tree of
+# `44dcb91`, which added it, has the same package code.) Results and command: README.md beside
+# it.
 """EPSP slack sync: the weight of late gradients (issue 11 item 4), measured. Variants are
 registered in this process, then the scenario bench runs as `tf-hetero bench --scenario`
 runs it. Slack rounds close at a quorum (0.75 of their tasks) or at 2x their projected time;

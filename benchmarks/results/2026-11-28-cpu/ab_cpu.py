@@ -1,3 +1,6 @@
+# Frozen at commit 1ea9fb1: run with `git checkout 1ea9fb1`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """Diagnostic A/B of where a round task's CPU goes: registers `hpsnoapply` (H-PS whose
 rounds' applies do not run: the chief reports each round applied at once, so the model never
 changes) and `hpsbare` (that, and every task's code says "write nothing", so its step

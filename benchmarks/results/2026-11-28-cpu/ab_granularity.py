@@ -1,3 +1,6 @@
+# Frozen at commit 069beb0: run with `git checkout 069beb0`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """A/B of H-PS's granularity: registers `hpsgsixteen` and `hpsgthirtytwo` (H-PS with
 granularity=16 and 32 samples instead of 8: fewer granules per share to read, coarser
 balance) in this process, then runs the tf-hetero command line with the arguments given."""

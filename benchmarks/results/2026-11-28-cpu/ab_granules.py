@@ -1,3 +1,6 @@
+# Frozen at commit f2695ed: run with `git checkout f2695ed`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """Diagnostic A/B of what a sized task's granule reading costs: registers `hpseven` (H-PS with
 every worker's share pinned to one dataset batch by memory_budget=32: BSP's sizes, read as 4
 granules of 8 through the granule loop) and `hpsone` (the same shares as one granule of 32:

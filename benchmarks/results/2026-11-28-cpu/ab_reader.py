@@ -1,3 +1,6 @@
+# Frozen at commit 48f5b2a: run with `git checkout 48f5b2a`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """Diagnostic A/B of the granule reader's fixed cost: `hpsone` is H-PS with every share one
 32-sample granule (memory_budget=32, granularity=32: BSP's sizes, the granule loop running no
 iteration); `hpsonedirect` is the same with the step reading its granule by a plain next()

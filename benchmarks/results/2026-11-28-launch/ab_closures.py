@@ -1,3 +1,6 @@
+# Frozen at commit 65ac43f: run with `git checkout 65ac43f`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """A/B of runtime/closures.py: registers `hpsstock` and `bspstock` (H-PS and BSP with a
 closure cache that never copies, so every closure is built the stock way) in this process,
 then runs the tf-hetero command line with the arguments given (README beside this file)."""

@@ -1,3 +1,7 @@
+# Frozen at tag rejected/prelaunch: run with `git checkout rejected/prelaunch`; it imports
+# tf-hetero internals of that tag, which may have moved or changed since. (The tag holds
+# 65ac43f with prelaunch=True applied, which this script needs.) Results and command:
+# README.md beside it.
 """A/B of runtime/prelaunch.py's gate: registers `plslow` (polls every 2 ms instead of 0.5),
 `plnowait` (the same graph edges on a gate that never waits: its tasks read the model before
 the previous apply lands, staleness 1 unrecorded) in this process, then runs the tf-hetero

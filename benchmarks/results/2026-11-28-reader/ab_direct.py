@@ -1,3 +1,7 @@
+# Frozen at tag rejected/granule-direct: run with `git checkout rejected/granule-direct`; it
+# imports tf-hetero internals of that tag, which may have moved or changed since. (The tag
+# holds b95026e with the direct reader applied, which this script measures.) Results and
+# command: README.md beside it.
 """A/B of how a sized task reads each granule: `hpsdirect` by the worker iterator's
 IteratorGetNext without the distributed iterator's partial-batch handling (the reader of
 strategies/runtime/granules.py), `hps` and `hpsagain` (an identical control row) by a plain

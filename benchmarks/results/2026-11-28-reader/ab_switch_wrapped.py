@@ -1,3 +1,6 @@
+# Frozen at tag rejected/granule-switch: run with `git checkout rejected/granule-switch`; it
+# imports tf-hetero internals of that tag, which may have moved or changed since. (The tag
+# holds b95026e with the switch reader applied.) Results and command: README.md beside it.
 """KEPT AS EVIDENCE, NOT A VALID A/B: the variant rows take `registry.entry("hps")` *after*
 the loop above replaced it with a wrapper that resets SWITCH, so `hpsswitch` and
 `hpsswitcheight` ran the plain loop reader, exactly like `hps`. Its runs (identical_base1/,

@@ -1,3 +1,6 @@
+# Frozen at commit 99c2bd0: run with `git checkout 99c2bd0`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. (First run at `353c40f` (this folder),
+# last at `99c2bd0` (../2026-11-29-granularity/).) Results and command: README.md beside it.
 """Sized CASP at a 500% delay: does a finer granule (4 samples instead of 8) let the 6x
 worker take a share small enough not to set the round? Registers the variant in this
 process, then runs the scenario bench as `tf-hetero bench --scenario` runs it.

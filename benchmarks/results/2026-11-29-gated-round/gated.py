@@ -1,3 +1,6 @@
+# Frozen at commit ba431b3: run with `git checkout ba431b3`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """Does a round gated on the PS save the time between a round's close and the next round's
 start? 4 workers, 2 PS, 125 ms device time per task, the MLP's real forward/backward, tf_keras
 momentum SGD applied on the chief (lean_round.py's 'realopt+logs' round).

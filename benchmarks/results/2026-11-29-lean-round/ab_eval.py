@@ -1,3 +1,6 @@
+# Frozen at commit cd8dae5: run with `git checkout cd8dae5`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """tf-hetero bench with the chief's accuracy sampling every EVAL_S seconds (default 0.5):
 does sampling held-out accuracy on the chief slow the synchronous rows more than stock PSS?
 

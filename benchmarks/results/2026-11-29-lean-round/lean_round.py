@@ -1,3 +1,6 @@
+# Frozen at commit 0350b31: run with `git checkout 0350b31`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """How long is the leanest chief-driven synchronous round TF allows here, and what does each
 real part add? 4 workers, 2 PS, 125 ms device time per task (the fast worker's H-PS task on
 one_slow), digits-sized MLP. Variants, each a round = N closures joined + one apply:

@@ -1,3 +1,6 @@
+# Frozen at commit 3076b75: run with `git checkout 3076b75`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """Yet more model.fit usages under tf-hetero strategies on a process cluster: which work?
 
     python usages3.py pss,hps,epsp,bsp [case-substring]

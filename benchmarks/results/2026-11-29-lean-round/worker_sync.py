@@ -1,3 +1,6 @@
+# Frozen at commit ba7f613: run with `git checkout ba7f613`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """Bound of a worker-driven synchronous round (SyncReplicasOptimizer's design in TF2 PSS):
 each worker's closure runs K rounds; a round is read -> compute -> accumulate -> device sleep
 -> counter += 1; the worker whose increment completes the round applies the mean on the PS

@@ -1,3 +1,6 @@
+# Frozen at commit ed64128: run with `git checkout ed64128`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """How long a round's apply call takes on a quiet process cluster (4 workers, 2 PS), and
 how long simpler functions placed the same way take: is it hops, or the call itself?"""
 import time, statistics as st

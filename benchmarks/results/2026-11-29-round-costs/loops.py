@@ -1,3 +1,6 @@
+# Frozen at commit ed64128: run with `git checkout ed64128`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """Custom training loops (the TF PS tutorial's shape) under sized strategies, with the three
 ways of making the per-worker dataset."""
 import sys

@@ -1,3 +1,6 @@
+# Frozen at commit ed64128: run with `git checkout ed64128`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """Probe: where a round's apply time goes on the chief (see probe_apply.py); this one
 copies the applier loop with timestamps and keeps each engine's rounds for the dump."""
 import atexit, json, os, sys, time

@@ -1,5 +1,8 @@
-import json, sys, statistics as st, collections
-d=json.load(open(sys.argv[1]))
+# Frozen at commit ed64128: run with `git checkout ed64128`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
+import gzip, json, sys, statistics as st, collections
+d=json.load((gzip.open if sys.argv[1].endswith('.gz') else open)(sys.argv[1], 'rt'))
 for r in d['runs']:
     if r['strategy'] in ('pss',): continue
     by=collections.defaultdict(list)

@@ -1,3 +1,6 @@
+# Frozen at commit ed64128: run with `git checkout ed64128`; it imports tf-hetero internals of
+# that commit, which may have moved or changed since. Results and command: README.md beside
+# it.
 """Common model.fit usages under a sized strategy on a process cluster: which work?"""
 import sys, traceback
 import numpy as np
