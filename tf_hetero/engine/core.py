@@ -37,7 +37,8 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from tf_hetero.engine.api import Component, Pulled, RoundContext
+from tf_hetero.engine.api import Component, GroupContext, Pulled, RoundContext, normalize_groups
+from tf_hetero.engine.guard import DivergenceError, DivergenceGuard
 from tf_hetero.engine.state import Book, Round, RoundKind, Task, TaskState
 
 __all__ = ["RoundEngine", "EngineError"]
@@ -54,17 +55,21 @@ class RoundEngine:
 
     Args:
       num_workers: worker tasks in the cluster.
-      sync: sync policy of the single book (ignored when ``books`` is given).
-      assign: assignment policy of the single book (rounds mode).
+      sync: sync policy of the single book, or of every group's (required unless ``books``
+        is given).
+      assign: assignment policy of the single book, or what every group's is made from
+        (required in rounds mode; async mode plans no round).
       dispatcher: the TF side (:class:`~tf_hetero.engine.api.Dispatcher`).
       gate: may an idle worker start a task (e.g. :class:`~tf_hetero.policies.StalenessBound`);
-        asked per task in async mode, per round over books.
+        asked per task in async mode, per round over books. ``None``: no gate.
       monitor: optional :class:`tf_hetero.telemetry.Monitor` fed with every event.
       clock: time source (seconds).
       components: mechanisms plugged into the core (:mod:`tf_hetero.engine.local`,
         :mod:`~tf_hetero.engine.transfer`, :mod:`~tf_hetero.engine.folding`).
       books: ``[(workers, sync, assign), ...]``: several worker groups, each with its own
         rounds (default: one book of all workers with ``sync`` and ``assign``).
+      guard: a :class:`~tf_hetero.engine.api.RoundGuard` reading each applied round's
+        gradient norm (``None``: :class:`~tf_hetero.engine.guard.DivergenceGuard`).
       grouping: a :class:`~tf_hetero.engine.api.GroupingPolicy` forming the books (each
         with ``sync`` and ``assign``) and re-forming them between rounds (grouped sync).
       update_scale: an :class:`~tf_hetero.engine.api.UpdateScale`: how much each round's
@@ -75,10 +80,8 @@ class RoundEngine:
                  monitor=None, clock: Callable[[], float] = time.perf_counter, *,
                  components: Sequence[Component] = (), books=None, guard=None,
                  grouping=None, update_scale=None):
-        from tf_hetero.policies import Async, OnePerWorker, Unbounded
-        from tf_hetero.policies.diverge import DivergenceGuard
-        from tf_hetero.policies.group import GroupContext, normalize_groups
-
+        if sync is None and books is None:
+            raise ValueError("RoundEngine: give a sync policy (e.g. AllTasks()), or books.")
         self.num_workers = num_workers
         self.monitor = monitor
         self.grouping, self.update_scale = grouping, update_scale
@@ -95,14 +98,14 @@ class RoundEngine:
                 tuple(range(num_workers)), None, 0, monitor, num_workers)), num_workers)
             books = [(g, sync, self._group_assign(g)) for g in groups]
         if books is None:
-            books = [(range(num_workers), sync or Async(), assign or OnePerWorker())]
+            books = [(range(num_workers), sync, assign)]
         self.books = [Book(i, frozenset(w), s, a) for i, (w, s, a) in enumerate(books)]
         self._check_books()
         #: Every book ever formed, by id (rounds name theirs; regrouping forms new ones).
         self._books = {b.id: b for b in self.books}
         self._regroup_to = None  # groups to form once no round is open or applying
-        self.gate = gate or Unbounded()
-        self._gate_free = isinstance(self.gate, Unbounded)  # checked at every pump
+        self.gate = gate
+        self._gate_free = gate is None or bool(getattr(gate, "unbounded", False))
         self.dispatcher = dispatcher
         self.clock = clock
         self.components = list(components)
@@ -154,6 +157,9 @@ class RoundEngine:
         if modes - {"rounds", "async"} or len(modes) > 1:
             raise ValueError(f"sync policies have modes {sorted(modes)}: every book must use "
                              "'rounds', or the single book 'async'.")
+        if modes == {"rounds"} and any(b.assign is None for b in self.books):
+            raise ValueError("RoundEngine: rounds need an assignment policy (e.g. "
+                             "OnePerWorker()).")
 
     # ------------------------------------------------------------------ fit side
     def _group_assign(self, workers) -> object:
@@ -320,7 +326,7 @@ class RoundEngine:
     def apply_finished(self, round_id: int, applied: int, grad_norm: float | None = None) -> None:
         """The apply of ``round_id`` ran; ``applied`` micro-batches went into it, and the
         norm of its mean gradient was ``grad_norm`` (checked by :attr:`guard`: divergence
-        stops the engine with a :class:`~tf_hetero.policies.diverge.DivergenceError`)."""
+        stops the engine with a :class:`~tf_hetero.engine.guard.DivergenceError`)."""
         with self._lock, self._reporting():
             rnd = self.rounds[round_id]
             rnd.applied, rnd.t_applied = applied, self.clock()
@@ -328,8 +334,6 @@ class RoundEngine:
                 rnd.info["grad_norm"] = grad_norm
                 why = self.guard.check(round_id, grad_norm) if self.guard else None
                 if why is not None:
-                    from tf_hetero.policies.diverge import DivergenceError
-
                     hint = self.describe_lr() if self.describe_lr else ""
                     self.fail(DivergenceError(
                         f"tf-hetero: training diverged: {why}. Fix: lower the learning rate"
@@ -419,6 +423,12 @@ class RoundEngine:
             if self.guard is not None:
                 self.guard.reset()  # e.g. the user lowered the learning rate
             self._changed.notify_all()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error the engine failed with (``None``: none); it stays until
+        :meth:`clear_error`."""
+        return self._error
 
     @property
     def live_workers(self) -> list[int]:
@@ -545,8 +555,6 @@ class RoundEngine:
         """Asks the grouping policy (after each applied round) whether to re-form the books."""
         if self.grouping is None or self._regroup_to is not None:
             return
-        from tf_hetero.policies.group import GroupContext, normalize_groups
-
         current = self.groups
         proposal = self.grouping.groups(GroupContext(
             tuple(sorted(self._live)), current, self.version, self.monitor, self.num_workers))
@@ -574,8 +582,6 @@ class RoundEngine:
     @property
     def groups(self) -> tuple:
         """The current books' workers, as sorted tuples (grouped sync: the groups)."""
-        from tf_hetero.policies.group import normalize_groups
-
         return normalize_groups([b.workers for b in self.books])
 
     def _pump_async(self) -> None:
@@ -584,8 +590,8 @@ class RoundEngine:
                 return
             if self.busy(w):
                 continue
-            live_clocks = {v: self.clocks[v] for v in self._live}
-            if not self.gate.may_start(w, live_clocks):
+            if not self._gate_free and not self.gate.may_start(
+                    w, {v: self.clocks[v] for v in self._live}):
                 continue
             self.dispatch(self._pending.popleft(), w, None)
 
