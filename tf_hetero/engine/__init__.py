@@ -3,7 +3,10 @@
 - :mod:`~tf_hetero.engine.api`: the contracts (Dispatcher, policy Protocols, Plan,
   RoundContext, GroupContext and the rule for groups, Component hooks);
 - :mod:`~tf_hetero.engine.state`: Task, Round, Book and their state enums;
-- :mod:`~tf_hetero.engine.core`: :class:`RoundEngine`, the core;
+- :mod:`~tf_hetero.engine.core`: :class:`RoundEngine`, the core (queue, liveness, rounds,
+  dispatch); :mod:`~tf_hetero.engine.cycle`, its round cycle (plan, open, hand out, close);
+  :mod:`~tf_hetero.engine.books`, the books (formed, checked, re-formed between rounds);
+  :mod:`~tf_hetero.engine.lanes`, which lane each task writes and which an apply reads;
 - :mod:`~tf_hetero.engine.guard`: the divergence check of applied rounds (the default
   :class:`~tf_hetero.engine.api.RoundGuard`);
 - components: :mod:`~tf_hetero.engine.local` (H-PS local accumulation),

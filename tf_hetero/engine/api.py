@@ -225,7 +225,7 @@ class GroupingPolicy(Protocol):
     (:mod:`tf_hetero.policies.group`): asked with ``ctx.current=None`` for the first groups,
     then after every applied round; returns new groups, or ``None`` to keep the current
     ones (checked by :func:`normalize_groups`; the engine regroups once no round is open or
-    applying)."""
+    applying: :mod:`tf_hetero.engine.books`)."""
 
     def groups(self, ctx: GroupContext) -> Groups | None: ...
 

@@ -23,11 +23,25 @@ from __future__ import annotations
 import math
 import statistics
 
-__all__ = ["DivergenceGuard", "DivergenceError"]
+__all__ = ["DivergenceGuard", "DivergenceError", "diverged"]
 
 
 class DivergenceError(RuntimeError):
     """Training diverged; ``fit`` stops instead of finishing with a broken model."""
+
+
+def diverged(why: str, lr: str = "") -> DivergenceError:
+    """The error that stops ``fit``: ``why`` (a guard's finding) and what to lower (``lr``:
+    the learning rates in use, if known).
+
+    >>> print(diverged("the loss is exploding", "0.08"))
+    tf-hetero: training diverged: the loss is exploding. Fix: lower the learning rate (0.08), or warm it up over the first rounds; a round averages several micro-batches, so the linear rule's rate is larger than a single-worker one.
+    """
+    return DivergenceError(
+        f"tf-hetero: training diverged: {why}. Fix: lower the learning rate"
+        f"{' (' + lr + ')' if lr else ''}, or warm it up over the first "
+        "rounds; a round averages several micro-batches, so the linear rule's "
+        "rate is larger than a single-worker one.")
 
 
 class DivergenceGuard:
