@@ -159,7 +159,7 @@ def casp_simulation(cfg, costs, policy: CommunityGroups, learn: bool = True,
 
 def log_loss(learner) -> float:
     """Held-out cross-entropy of ``learner``'s current parameters."""
-    layers = learner._layers(learner.params)  # pylint: disable=protected-access
+    layers = learner.layers(learner.params)
     h = learner.x_test
     for i in range(0, len(layers) - 2, 2):
         h = np.maximum(h @ layers[i] + layers[i + 1], 0.0)
