@@ -13,12 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-from tf_hetero.policies.community import (A3C, DEFAULT_WEIGHTS, MAX_K, STATE_SIZE,
-                                          ActorCritic, CommunityGroups, communities,
-                                          state_features)
+from tf_hetero.policies.community import (DEFAULT_WEIGHTS, MAX_K, STATE_SIZE, ActorCritic,
+                                          CommunityGroups, communities, state_features)
 from tf_hetero.policies.group import GroupContext, normalize_groups
+from tf_hetero.sim.a3c import A3C, copy_params, gradients
 
-MODULES = ["tf_hetero.policies.community", "tf_hetero.sim.casp_env",
+MODULES = ["tf_hetero.policies.community", "tf_hetero.sim.a3c", "tf_hetero.sim.casp_env",
            "tf_hetero.tools.train_casp", "tf_hetero.strategies.config"]
 
 
@@ -120,7 +120,7 @@ def test_without_learning_the_agent_does_not_find_the_right_k():
 def test_a3c_learners_act_on_their_own_copy_of_the_global_parameters():
     net = ActorCritic(STATE_SIZE, MAX_K, hidden=8, seed=0)
     agent = A3C(net, [ContextBandit(0), ContextBandit(1)], n_steps=3, lr=0.01, seed=0)
-    before = net.copy_params()
+    before = copy_params(net)
     agent.train(6)
     assert agent.updates == 6  # one update per finished one-step episode
     assert any(not np.allclose(before[k], net.params[k]) for k in before)
@@ -130,13 +130,13 @@ def test_gradients_match_finite_differences():
     net = ActorCritic(5, 3, hidden=4, seed=3)
     rng = np.random.default_rng(0)
     x, a, ret = rng.normal(size=(6, 5)), rng.integers(3, size=6), rng.normal(size=6)
-    grads, _ = net.gradients(x, a, ret, entropy=0.0, value_coef=1.0)
+    grads, _ = gradients(net, x, a, ret, entropy=0.0, value_coef=1.0)
 
     def critic_loss(params):  # the value part of the loss (the advantage is held fixed)
         v = net.forward(x, params)[1]
         return float(((ret - v) ** 2).mean() / 2)
 
-    p = net.copy_params()
+    p = copy_params(net)
     eps = 1e-6
     p["bv"][0] += eps
     up = critic_loss(p)

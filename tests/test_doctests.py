@@ -14,7 +14,8 @@ import pytest
 PURE = [
     "tf_hetero.engine", "tf_hetero.engine.api", "tf_hetero.engine.state",
     "tf_hetero.engine.core", "tf_hetero.engine.local", "tf_hetero.engine.transfer",
-    "tf_hetero.engine.folding",
+    "tf_hetero.engine.folding", "tf_hetero.engine.guard", "tf_hetero.engine.books",
+    "tf_hetero.engine.cycle", "tf_hetero.engine.lanes",
     "tf_hetero.policies", "tf_hetero.policies.sync", "tf_hetero.policies.assign",
     "tf_hetero.policies.gate", "tf_hetero.policies.late", "tf_hetero.policies.transfer",
     "tf_hetero.policies.estimate", "tf_hetero.policies.group", "tf_hetero.policies.scale",

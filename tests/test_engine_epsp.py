@@ -316,7 +316,7 @@ def test_a_round_a_straggler_sits_out_still_covers_its_global_batch_of_steps(ste
     # 3 workers, a global batch of 3 steps (2 units each): with worker 2 sitting out, the two
     # pioneers read all 6 units, so the round covers 3 of fit's steps; the third is absorbed
     # (ends with the pioneer's result) instead of opening a second round that reads 6 more.
-    # Without step_units (the pre-2026-11-27 behaviour) 9 steps made 5 rounds, not 3.
+    # Without step_units (a round then covers one step per task) 9 steps make 5 rounds, not 3.
     e, d, m, clock = epsp(3, history={0: 0.1, 1: 0.1, 2: 0.4})
     e.books[0].assign = ElasticParallelism(3, StragglerProjection(window=4), probe_every=100,
                                            batches=BalancedBatches(6, step_units=step_units))

@@ -218,7 +218,7 @@ def test_gradient_matches_finite_differences():
             m._rng, m._order[0] = np.random.default_rng(5), np.empty(0, np.int64)
             x, y = m._batch(0, 8)
             h = x
-            layers = m._layers(p)
+            layers = m.layers(p)
             for k in range(0, 4, 2):
                 h = np.maximum(h @ layers[k] + layers[k + 1], 0)
             z = h @ layers[4] + layers[5]

@@ -10,6 +10,8 @@ return explicit values (:class:`Plan`); nothing passes through attributes set on
 (0, 1)
 >>> RoundContext(round_id=3, idle=(0, 2), busy=(1,)).live
 (0, 1, 2)
+>>> normalize_groups([[3], [2, 0, 1]], 4)
+((0, 1, 2), (3,))
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import math
 from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 __all__ = ["Dispatcher", "SyncPolicy", "AssignmentPolicy", "Gate", "LatePolicy",
-           "TransferPolicy", "GroupingPolicy", "UpdateScale", "ReportsFigures", "Pulled", "PlanEntry", "Plan", "RoundContext", "Component"]
+           "TransferPolicy", "GroupingPolicy", "UpdateScale", "RoundGuard", "ReportsFigures",
+           "Pulled", "PlanEntry", "Plan", "RoundContext", "Groups", "GroupContext",
+           "normalize_groups", "Component"]
 
 
 # ------------------------------------------------------------------------ value types
@@ -91,6 +95,54 @@ class RoundContext:
         return tuple(sorted(self.idle + self.busy))
 
 
+#: Groups of workers: a tuple of sorted tuples of worker indices, sorted by first worker.
+Groups = tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupContext:
+    """What a grouping policy may know when the engine asks (at the start, and after each
+    applied round): the live workers, the current groups (``None`` at the start), rounds
+    applied so far (the engine's update count), and the monitor (task-time history)."""
+
+    live: tuple
+    current: Groups | None
+    rounds_applied: int = 0
+    monitor: Any = None
+    num_workers: int = 0
+
+
+def normalize_groups(groups: Sequence[Sequence[int]], num_workers: int | None = None) -> Groups:
+    """Groups as sorted tuples, checked: each worker in exactly one non-empty group (and, with
+    ``num_workers``, every worker in one). The engine's rule for the groups a
+    :class:`GroupingPolicy` returns.
+
+    >>> normalize_groups([[0, 1], [1, 2]], 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: groups [[0, 1], [1, 2]]: worker(s) [1] in two groups. Fix: put each worker in exactly one group.
+    """
+    try:
+        out = tuple(sorted((tuple(sorted(int(w) for w in g)) for g in groups),
+                           key=lambda g: g[:1]))
+    except (TypeError, ValueError):
+        raise ValueError(f"groups {groups!r}: need a list of lists of worker indices, e.g. "
+                         "[[0, 1, 2], [3]].") from None
+    seen: list[int] = [w for g in out for w in g]
+    if any(not g for g in out):
+        raise ValueError(f"groups {groups!r}: a group is empty. Fix: drop it.")
+    twice = sorted({w for w in seen if seen.count(w) > 1})
+    if twice:
+        raise ValueError(f"groups {groups!r}: worker(s) {twice} in two groups. Fix: put each "
+                         "worker in exactly one group.")
+    if num_workers is not None and sorted(seen) != list(range(num_workers)):
+        raise ValueError(f"groups {groups!r}: with {num_workers} workers every worker "
+                         f"0..{num_workers - 1} must be in one group (missing "
+                         f"{sorted(set(range(num_workers)) - set(seen))}, unknown "
+                         f"{sorted(set(seen) - set(range(num_workers)))}).")
+    return out
+
+
 # ------------------------------------------------------------------------- protocols
 @runtime_checkable
 class Dispatcher(Protocol):
@@ -146,7 +198,10 @@ class Gate(Protocol):
     """May idle ``worker`` start another task now? Asked for each task in async mode, where
     ``clocks[w]`` counts the tasks live worker ``w`` has finished, and, over books, before a
     book plans a round, where it counts the tasks whose update has been applied (a worker
-    the gate refuses sits the round out: SSP over one book per worker)."""
+    the gate refuses sits the round out: SSP over one book per worker).
+
+    An optional ``unbounded`` attribute (default False) says the gate never refuses: the
+    engine then does not ask it (nor count applied tasks for it), as with no gate at all."""
 
     def may_start(self, worker: int, clocks: Mapping[int, int]) -> bool: ...
 
@@ -169,9 +224,10 @@ class GroupingPolicy(Protocol):
     """Which workers train synchronously together, one book per group
     (:mod:`tf_hetero.policies.group`): asked with ``ctx.current=None`` for the first groups,
     then after every applied round; returns new groups, or ``None`` to keep the current
-    ones (the engine regroups once no round is open or applying)."""
+    ones (checked by :func:`normalize_groups`; the engine regroups once no round is open or
+    applying: :mod:`tf_hetero.engine.books`)."""
 
-    def groups(self, ctx) -> tuple | None: ...
+    def groups(self, ctx: GroupContext) -> Groups | None: ...
 
 
 @runtime_checkable
@@ -183,6 +239,17 @@ class UpdateScale(Protocol):
 
     def scale(self, group_size: int, num_workers: int, staleness: float,
               fraction: float = 1.0) -> float: ...
+
+
+@runtime_checkable
+class RoundGuard(Protocol):
+    """Reads each applied round's mean-gradient norm: why training diverged, or ``None``
+    (:class:`~tf_hetero.engine.guard.DivergenceGuard`, the engine's default); ``reset`` when
+    the next ``fit`` starts after a failure."""
+
+    def check(self, round_id: int, norm: float) -> str | None: ...
+
+    def reset(self) -> None: ...
 
 
 @runtime_checkable

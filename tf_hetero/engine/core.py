@@ -5,12 +5,16 @@ are made with it held). TensorFlow stays behind a :class:`~tf_hetero.engine.api.
 the dispatcher reports back through :meth:`RoundEngine.task_started`, :meth:`task_finished`,
 :meth:`apply_finished`, :meth:`worker_failed` and :meth:`worker_recovered`.
 
-The core keeps the queue of pending tasks, worker liveness, and one or more *books* (worker
-groups with their own rounds; :class:`~tf_hetero.engine.state.Book`). In a book, a round opens
-when the previous one has been applied; its assignment policy names the workers that get its
-tasks; its sync policy says when it may close; then one apply runs. Mechanisms beyond that
-(local accumulation, task transfer, late-gradient folding) are
-:class:`~tf_hetero.engine.api.Component` objects plugged in at named hooks.
+The core keeps the queue of pending tasks, worker liveness, the rounds and their dispatch,
+over one or more *books* (worker groups with their own rounds;
+:class:`~tf_hetero.engine.state.Book`, formed and re-formed by
+:class:`~tf_hetero.engine.books.Books`). In a book, a round opens when the previous one has
+been applied; its assignment policy names the workers that get its tasks; its sync policy
+says when it may close; then one apply runs (how a round is planned, handed out and closed:
+:mod:`~tf_hetero.engine.cycle`; which lane each task writes and which lanes an apply reads:
+:mod:`~tf_hetero.engine.lanes`). Mechanisms beyond that (local accumulation, task transfer,
+late-gradient folding) are :class:`~tf_hetero.engine.api.Component` objects plugged in at
+named hooks.
 
 >>> from tf_hetero.policies import AllTasks, OnePerWorker
 >>> class Log:
@@ -32,12 +36,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import math
 import threading
 import time
 from typing import Callable, Sequence
 
-from tf_hetero.engine.api import Component, Pulled, RoundContext
+from tf_hetero.engine import lanes
+from tf_hetero.engine.api import Component
+from tf_hetero.engine.books import Books
+from tf_hetero.engine.cycle import RoundCycle
+from tf_hetero.engine.guard import DivergenceGuard, diverged
 from tf_hetero.engine.state import Book, Round, RoundKind, Task, TaskState
 
 __all__ = ["RoundEngine", "EngineError"]
@@ -49,22 +56,26 @@ class EngineError(RuntimeError):
     """The engine cannot go on (a task failed for a reason other than a lost worker)."""
 
 
-class RoundEngine:
+class RoundEngine(RoundCycle):
     """Coordinator-side scheduler for one strategy. This class is thread-safe.
 
     Args:
       num_workers: worker tasks in the cluster.
-      sync: sync policy of the single book (ignored when ``books`` is given).
-      assign: assignment policy of the single book (rounds mode).
+      sync: sync policy of the single book, or of every group's (required unless ``books``
+        is given).
+      assign: assignment policy of the single book, or what every group's is made from
+        (required in rounds mode; async mode plans no round).
       dispatcher: the TF side (:class:`~tf_hetero.engine.api.Dispatcher`).
       gate: may an idle worker start a task (e.g. :class:`~tf_hetero.policies.StalenessBound`);
-        asked per task in async mode, per round over books.
+        asked per task in async mode, per round over books. ``None``: no gate.
       monitor: optional :class:`tf_hetero.telemetry.Monitor` fed with every event.
       clock: time source (seconds).
       components: mechanisms plugged into the core (:mod:`tf_hetero.engine.local`,
         :mod:`~tf_hetero.engine.transfer`, :mod:`~tf_hetero.engine.folding`).
       books: ``[(workers, sync, assign), ...]``: several worker groups, each with its own
         rounds (default: one book of all workers with ``sync`` and ``assign``).
+      guard: a :class:`~tf_hetero.engine.api.RoundGuard` reading each applied round's
+        gradient norm (``None``: :class:`~tf_hetero.engine.guard.DivergenceGuard`).
       grouping: a :class:`~tf_hetero.engine.api.GroupingPolicy` forming the books (each
         with ``sync`` and ``assign``) and re-forming them between rounds (grouped sync).
       update_scale: an :class:`~tf_hetero.engine.api.UpdateScale`: how much each round's
@@ -75,34 +86,13 @@ class RoundEngine:
                  monitor=None, clock: Callable[[], float] = time.perf_counter, *,
                  components: Sequence[Component] = (), books=None, guard=None,
                  grouping=None, update_scale=None):
-        from tf_hetero.policies import Async, OnePerWorker, Unbounded
-        from tf_hetero.policies.diverge import DivergenceGuard
-        from tf_hetero.policies.group import GroupContext, normalize_groups
-
         self.num_workers = num_workers
         self.monitor = monitor
-        self.grouping, self.update_scale = grouping, update_scale
-        self._assign = assign  # grouped: what every book's assignment policy is made from
-        if grouping is not None:
-            if books is not None:
-                raise ValueError("give books or a grouping policy, not both.")
-            if hasattr(assign, "set_units") and not hasattr(assign, "for_group"):
-                raise ValueError(f"grouping: the assignment policy {assign!r} sizes a global "
-                                 "batch across all workers; groups need one that plans per "
-                                 "group (e.g. OnePerWorker, or BalancedBatches: a share of "
-                                 "the global batch per group).")
-            groups = normalize_groups(grouping.groups(GroupContext(
-                tuple(range(num_workers)), None, 0, monitor, num_workers)), num_workers)
-            books = [(g, sync, self._group_assign(g)) for g in groups]
-        if books is None:
-            books = [(range(num_workers), sync or Async(), assign or OnePerWorker())]
-        self.books = [Book(i, frozenset(w), s, a) for i, (w, s, a) in enumerate(books)]
-        self._check_books()
-        #: Every book ever formed, by id (rounds name theirs; regrouping forms new ones).
-        self._books = {b.id: b for b in self.books}
-        self._regroup_to = None  # groups to form once no round is open or applying
-        self.gate = gate or Unbounded()
-        self._gate_free = isinstance(self.gate, Unbounded)  # checked at every pump
+        self.update_scale = update_scale
+        #: The books (:class:`~tf_hetero.engine.books.Books`): formed, checked, re-formed.
+        self._books = Books(num_workers, sync, assign, books, grouping, monitor)
+        self.gate = gate
+        self._gate_free = gate is None or bool(getattr(gate, "unbounded", False))
         self.dispatcher = dispatcher
         self.clock = clock
         self.components = list(components)
@@ -137,33 +127,7 @@ class RoundEngine:
         for c in self.components:
             c.attach(self)
 
-    def _check_books(self) -> None:
-        seen = set()
-        for b in self.books:
-            if not b.workers or not b.workers <= set(range(self.num_workers)):
-                raise ValueError(f"book {b.id} has workers {sorted(b.workers)}: need a "
-                                 f"non-empty subset of 0..{self.num_workers - 1}.")
-            if b.workers & seen:
-                raise ValueError(f"worker(s) {sorted(b.workers & seen)} in two books: each "
-                                 "worker belongs to one book.")
-            seen |= b.workers
-        if seen != set(range(self.num_workers)):
-            raise ValueError(f"workers {sorted(set(range(self.num_workers)) - seen)} are in no "
-                             "book: every worker belongs to one.")
-        modes = {b.sync.mode for b in self.books}
-        if modes - {"rounds", "async"} or len(modes) > 1:
-            raise ValueError(f"sync policies have modes {sorted(modes)}: every book must use "
-                             "'rounds', or the single book 'async'.")
-
     # ------------------------------------------------------------------ fit side
-    def _group_assign(self, workers) -> object:
-        """A group's assignment policy: its own share of the global batch when the policy
-        sizes one (``for_group``: a group's round is its members' batches, split by speed),
-        else the policy every book shares (one task per member)."""
-        if hasattr(self._assign, "for_group"):
-            return self._assign.for_group(len(workers), self.num_workers)
-        return self._assign
-
     @property
     def round_steps(self) -> float | None:
         """Steps of fit one round covers when its assignment policy says (sized rounds:
@@ -176,6 +140,30 @@ class RoundEngine:
     @property
     def rounds_mode(self) -> bool:
         return self.books[0].sync.mode == "rounds"
+
+    @property
+    def books(self) -> list[Book]:
+        """The current books (one of all workers, or one per group)."""
+        return self._books.current
+
+    def book(self, book_id: int) -> Book:
+        """Any book ever formed, by id (a round names its book)."""
+        return self._books[book_id]
+
+    @property
+    def groups(self) -> tuple:
+        """The current books' workers, as sorted tuples (grouped sync: the groups)."""
+        return self._books.groups
+
+    @property
+    def grouping(self):
+        """The :class:`~tf_hetero.engine.api.GroupingPolicy` (``None``: fixed books). It may
+        be replaced between rounds: the new one is asked after the next applied round."""
+        return self._books.grouping
+
+    @grouping.setter
+    def grouping(self, policy) -> None:
+        self._books.grouping = policy
 
     def submit(self, payload) -> Task:
         """Queues one task (one training step scheduled by ``model.fit``)."""
@@ -252,18 +240,7 @@ class RoundEngine:
             task.version_at_start = self.version
             self._running[worker].add(task)
             task.stale = task.round is not None and self.rounds[task.round].closed
-            if task.stale and first_lane is not None:
-                # Its first run died writing ``first_lane`` of a closed round, maybe after
-                # its write landed: this run writes nothing, and what waits in that lane
-                # (a late gradient of the same round) can no longer be folded cleanly. It
-                # keeps that lane, so the lane is settled (dropped) now and not left late.
-                task.lane = first_lane
-                rnd = self.rounds[task.round]
-                if not rnd.abandoned:
-                    self._settle_late(rnd, first_lane)
-            if task.round is not None and not task.stale and task.lane is None and \
-                    worker not in self._books[self.rounds[task.round].book].workers:
-                self._foreign_lane(task, worker)
+            lanes.on_start(self, task, worker, first_lane)  # the lane it writes
             if task.round is not None and not task.stale:
                 for c in self.components:
                     c.on_task_started(task, worker)
@@ -289,10 +266,10 @@ class RoundEngine:
                     self.drop(task)  # wrote nothing, lost the race to its twin, or its
                     # round was abandoned when the engine failed
                     if rnd.closed and not rnd.abandoned:  # late work it shared a lane with
-                        self._settle_late(rnd, task.lane_id)
+                        lanes.settle_late(self, rnd, task.lane_id)
                 elif rnd.closed:
                     task.state = S.LATE
-                    self._settle_late(rnd, task.lane_id)
+                    lanes.settle_late(self, rnd, task.lane_id)
                 else:  # recorded in the monitor when the round closes
                     task.state = S.DONE
                     for c in self.components:
@@ -320,7 +297,7 @@ class RoundEngine:
     def apply_finished(self, round_id: int, applied: int, grad_norm: float | None = None) -> None:
         """The apply of ``round_id`` ran; ``applied`` micro-batches went into it, and the
         norm of its mean gradient was ``grad_norm`` (checked by :attr:`guard`: divergence
-        stops the engine with a :class:`~tf_hetero.policies.diverge.DivergenceError`)."""
+        stops the engine with a :class:`~tf_hetero.engine.guard.DivergenceError`)."""
         with self._lock, self._reporting():
             rnd = self.rounds[round_id]
             rnd.applied, rnd.t_applied = applied, self.clock()
@@ -328,14 +305,7 @@ class RoundEngine:
                 rnd.info["grad_norm"] = grad_norm
                 why = self.guard.check(round_id, grad_norm) if self.guard else None
                 if why is not None:
-                    from tf_hetero.policies.diverge import DivergenceError
-
-                    hint = self.describe_lr() if self.describe_lr else ""
-                    self.fail(DivergenceError(
-                        f"tf-hetero: training diverged: {why}. Fix: lower the learning rate"
-                        f"{' (' + hint + ')' if hint else ''}, or warm it up over the first "
-                        "rounds; a round averages several micro-batches, so the linear rule's "
-                        "rate is larger than a single-worker one."))
+                    self.fail(diverged(why, self.describe_lr() if self.describe_lr else ""))
                     return
             self.version += 1
             if not self._gate_free:
@@ -349,7 +319,7 @@ class RoundEngine:
                 book.queued = None
             if self.monitor:
                 self.monitor.on_round(rnd)
-            self._consider_regroup()
+            self._books.consider(self._live, self.version)  # grouped: re-form the books?
             self._pump()
             self._changed.notify_all()
 
@@ -419,6 +389,12 @@ class RoundEngine:
             if self.guard is not None:
                 self.guard.reset()  # e.g. the user lowered the learning rate
             self._changed.notify_all()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error the engine failed with (``None``: none); it stays until
+        :meth:`clear_error`."""
+        return self._error
 
     @property
     def live_workers(self) -> list[int]:
@@ -517,295 +493,3 @@ class RoundEngine:
             for c in self.components:
                 c.after_event(book)
         self._changed.notify_all()
-
-    def _pump(self) -> None:
-        if self._error is not None:
-            return
-        if self.rounds_mode:
-            if self._regroup_to is not None and not self._regroup():
-                return  # no new round until every book's rounds are applied
-            gated = self._gated()  # once per pump: O(N) with a gate, whatever the books
-            for book in self.books:
-                self._pump_book(book, gated)
-        else:
-            self._pump_async()
-
-    def _fraction(self, rnd: Round) -> float:
-        """Work units ``rnd``'s apply averages (its lanes, and late gradients folded in, by
-        their weight) over the units its tasks were planned with."""
-        planned = sum(t.size for t in rnd.tasks)
-        units = float(sum(rnd.lanes.values()))
-        for (lane, _), (late, weight) in rnd.folds.items():
-            old = self.rounds[late]
-            units += weight * sum(t.size for t in old.tasks + old.copies
-                                  if t.lane_id == lane and t.state == S.FOLDED)
-        return units / planned if planned else 1.0
-
-    def _consider_regroup(self) -> None:
-        """Asks the grouping policy (after each applied round) whether to re-form the books."""
-        if self.grouping is None or self._regroup_to is not None:
-            return
-        from tf_hetero.policies.group import GroupContext, normalize_groups
-
-        current = self.groups
-        proposal = self.grouping.groups(GroupContext(
-            tuple(sorted(self._live)), current, self.version, self.monitor, self.num_workers))
-        if proposal is not None:
-            proposal = normalize_groups(proposal, self.num_workers)
-            if proposal != current:
-                self._regroup_to = proposal
-
-    def _regroup(self) -> bool:
-        """Forms the requested books once no round of any book is open or applying (so no
-        gradient is lost or applied twice; a worker's late task still finishes before its
-        next one on that worker). Returns True when the books are the new ones."""
-        if any(b.busy for b in self.books):
-            return False
-        groups, self._regroup_to = self._regroup_to, None
-        base = max(self._books) + 1
-        sync = self.books[0].sync
-        self.books = [Book(base + i, frozenset(g), sync, self._group_assign(g))
-                      for i, g in enumerate(groups)]
-        self._books.update({b.id: b for b in self.books})
-        if self.monitor:
-            self.monitor.on_event("regroup", groups=[list(g) for g in groups])
-        return True
-
-    @property
-    def groups(self) -> tuple:
-        """The current books' workers, as sorted tuples (grouped sync: the groups)."""
-        from tf_hetero.policies.group import normalize_groups
-
-        return normalize_groups([b.workers for b in self.books])
-
-    def _pump_async(self) -> None:
-        for w in sorted(self._live, key=lambda w: self.clocks[w]):
-            if not self._pending:
-                return
-            if self.busy(w):
-                continue
-            live_clocks = {v: self.clocks[v] for v in self._live}
-            if not self.gate.may_start(w, live_clocks):
-                continue
-            self.dispatch(self._pending.popleft(), w, None)
-
-    def _gated(self) -> set:
-        """Live workers the gate keeps from starting a task now (a gate over books: SSP with
-        the chief's apply, one book per worker). Empty without a gate, computed in O(1).
-
-        The gate counts applied tasks (:attr:`visible`), not finished ones: a worker the
-        slowest one's finish releases would otherwise read the model before that task's
-        update landed, one update staler than SSP allows (measured in the simulator: mean
-        staleness 2.25 instead of 1.44 at ``staleness=3``, and twice the time to target)."""
-        if self._gate_free:
-            return set()
-        live_clocks = {v: self.visible[v] for v in self._live}
-        return {w for w in self._live if not self.gate.may_start(w, live_clocks)}
-
-    def _pump_book(self, book: Book, gated: set) -> None:
-        if not book.may_open:
-            return
-        if self._flushing and not self._pending and not book.busy:
-            for c in self.components:  # end of an epoch: rounds that close it
-                if c.end_of_epoch(book):
-                    return
-        if not self._pending:
-            return
-        # A worker whose lane in the next round's slot holds a late gradient still to fold
-        # (or a late task still writing it) sits the round out: its task would overwrite it.
-        slot = book.opened % 2
-        held, live = [], []
-        for w in self.book_live(book):
-            if w not in gated:  # too far ahead of the slowest (SSP): no task until it catches up
-                (held if self._lane_held(w, slot) else live).append(w)
-        if not live:
-            if self._pending and not book.busy:
-                # Every live worker's lane is held (e.g. the others are dead): apply what is
-                # held now, in a round of its own, instead of waiting for a worker that may
-                # never come back.
-                for c in self.components:
-                    if any(c.blocks(w, slot) for w in held) and c.end_of_epoch(book):
-                        return
-            return
-        ctx = RoundContext(book.opened, tuple(w for w in live if not self.busy(w)),
-                           tuple(w for w in live if self.busy(w)), self.monitor)
-        plan = self._plan(book, ctx)
-        if not plan.entries:
-            return  # every live worker is still busy with late work; wait for one
-        steps = max(len(plan.entries), plan.steps or 0)
-        if len(self._pending) < steps and not self._flushing:
-            return  # fit is still scheduling this round's tasks
-        entries = plan.entries[:len(self._pending)]
-        rnd = self.open_round(book, RoundKind.TRAIN, plan.info)
-        rnd.participants = plan.participants
-        rnd.expected_s = plan.expected_s
-        rnd.task_s = dict(plan.task_s)
-        book.open = rnd
-        sizes = plan.sizes or [1] * len(entries)
-        for entry, size in zip(entries, sizes):
-            task = self._pending.popleft()
-            task.round, task.size = rnd.id, int(size)
-            rnd.tasks.append(task)
-            if isinstance(entry, Pulled):  # pulled by the first allowed worker to be free
-                task.state = S.QUEUED
-                rnd.pull.append((task, entry.workers))
-            else:
-                task.pinned = entry
-        self._absorb(rnd, min(steps - len(entries), len(self._pending)))
-        for c in self.components:
-            c.on_round_planned(rnd, entries)
-        for task in rnd.tasks:
-            if task.state != S.QUEUED:
-                self.dispatch(task, task.pinned, rnd.id)
-        self._feed()
-
-    def _absorb(self, rnd: Round, count: int) -> None:
-        """The next ``count`` queued steps are covered by ``rnd`` without running: the
-        round's tasks read its whole global batch (a worker sat out, or is dead). Each ends
-        with the result of the task projected to finish first."""
-        if count <= 0 or not rnd.tasks:
-            return
-        like = min(rnd.tasks, key=lambda t: (rnd.task_s.get(t.pinned, math.inf), t.id))
-        for _ in range(count):
-            task = self._pending.popleft()
-            task.round, task.state = rnd.id, S.ABSORBED
-            rnd.absorbed.append(task)
-            self._echoes.setdefault(like, []).append(task)
-            self.dispatcher.absorb(task, like)
-        rnd.info["absorbed"] = len(rnd.absorbed)
-        self.absorbed_steps += count
-
-    def _plan(self, book: Book, ctx: RoundContext):
-        """``book``'s plan for ``ctx``, asked once while nothing it reads changes: fit
-        schedules a round's tasks one by one and each submit pumps, with the same context
-        and monitor; planning at every submit cost O(N^2) per round at 1000 workers."""
-        key = (book.id, ctx.round_id, ctx.idle, ctx.busy,
-               len(self.monitor.tasks) if self.monitor is not None else None)
-        if self._last_plan is None or self._last_plan[0] != key:
-            self._last_plan = (key, book.assign.plan(ctx))
-        return self._last_plan[1]
-
-    def _feed(self) -> None:
-        """Hands the open rounds' pulled tasks to idle workers allowed to take them."""
-        if self._error is not None:
-            return
-        for book in self.books:
-            rnd = book.open
-            if rnd is None or not rnd.pull:
-                continue
-            for w in self.book_live(book):
-                if not rnd.pull:
-                    break
-                if self.busy(w) or self._lane_held(w, rnd.slot):
-                    continue  # busy, or its lane in this slot holds work to keep
-                for i, (task, allowed) in enumerate(rnd.pull):
-                    if w in allowed:
-                        del rnd.pull[i]
-                        self.dispatch(task, w, rnd.id)
-                        break
-
-    def _lane_held(self, worker: int, slot: int) -> bool:
-        """A component keeps ``worker``'s lane in ``slot`` (e.g. a late gradient to fold)."""
-        return any(c.blocks(worker, slot) for c in self.components)
-
-    def _foreign_lane(self, task: Task, worker: int) -> None:
-        """``task`` (of an open round) starts on ``worker``, outside its round's book: TF
-        re-runs the closure of a dead worker on any live worker. Written to ``worker``'s own
-        lane, its gradient would meet the rounds of ``worker``'s book, which write that lane
-        with their own slots: one of the two applies then found the other's round tag there
-        and applied nothing (grouped sync, DynSGD and CASP under worker kills). It writes
-        the lane of the worker it was planned for instead (of its own book and round, as
-        that worker would have), whoever runs it; a book whose workers are all dead keeps
-        training on the others' workers, as stock PSS does."""
-        book = self._books[self.rounds[task.round].book]
-        task.lane = task.pinned if task.pinned in book.workers else min(book.workers)
-        # That worker died running it, maybe after its write reached the PS: the run
-        # replaces what the lane holds instead of adding to it (the round has one task per
-        # worker: nothing else of this round is in that lane).
-        task.overwrite = True
-        if self.monitor:
-            self.monitor.on_event("foreign_run", round=task.round, task=task.id,
-                                  ran_on=worker, lane=task.lane)
-
-    def _settle_late(self, rnd: Round, lane: int) -> None:
-        """Once every copy of ``rnd`` on ``lane`` has finished: drop, or a component keeps
-        the late gradients (folding)."""
-        copies = [t for t in rnd.tasks + rnd.copies if t.lane_id == lane]
-        if any(t.state == S.RUNNING and not t.stale for t in copies):
-            return  # still being written (a stale run writes nothing)
-        late = [t for t in copies if t.state == S.LATE]
-        if not late:
-            return
-        # A lane also written by a losing copy, or by a run that died (maybe after its write
-        # landed), or a duplicate's extra lane, is never kept.
-        clean = not any((t.state == S.DROPPED and not t.stale) or (t.stale and t.rerun)
-                        for t in copies)
-        if clean and lane < self.num_workers and any(
-                c.on_late(rnd, lane, late) for c in self.components):
-            return
-        for t in late:
-            self.drop(t)
-
-    def _close(self, rnd: Round) -> None:
-        if self._error is not None:
-            return
-        rnd.closed, rnd.t_close = True, self.clock()
-        book = self._books[rnd.book]
-        # Tasks not started yet will find their round closed and write nothing; running ones
-        # are still writing their lane.
-        copies = rnd.tasks + rnd.copies
-        late_lanes = {t.lane_id for t in copies if t.state == S.RUNNING}
-        lanes = next((got for got in (c.round_lanes(rnd, copies) for c in self.components)
-                      if got is not None), None)
-        if lanes is None:
-            lanes = collections.Counter()
-            for t in copies:
-                if t.state == S.DONE:
-                    lanes[t.lane_id] += t.size
-        # A lane still writing this round cannot be read consistently: leave it out.
-        rnd.lanes = {w: n for w, n in sorted(lanes.items()) if w not in late_lanes}
-        # Tasks never handed out go back to the front of the queue for the next round.
-        for task, _ in reversed(rnd.pull):
-            rnd.tasks.remove(task)
-            task.round, task.state = None, S.PENDING
-            self._pending.appendleft(task)
-        rnd.pull = []
-        staleness = 0
-        # Updates that land before this round's apply and that its tasks did not read: those
-        # applied since each started, plus its book's previous round if it is still being
-        # applied (overlap). Other books' applies still to come are not known yet.
-        version = self.version + (book.applying is not None)
-        for t in copies:
-            if t.state == S.DONE and t.lane_id in late_lanes:
-                t.state = S.LATE  # its lane was still being written: not in this apply
-            elif t.state == S.DONE and not t.drain:  # a drain has no data
-                # Updates applied since the task started (other books' rounds: grouped
-                # sync), or what a component knows (pipelined pushes are a round old).
-                s = max([c.staleness(t) for c in self.components]
-                        + [version - t.version_at_start])
-                staleness = max(staleness, s)
-                if self.monitor:
-                    self.monitor.on_task(t, applied=True, staleness=s)
-        if self.grouping is not None:
-            rnd.info["group"] = sorted(book.workers)
-        for lane in sorted(late_lanes):
-            self._settle_late(rnd, lane)
-        folds = {}
-        for c in self.components:
-            folds.update(c.folds_for(rnd))
-        rnd.folds = folds
-        if self.update_scale is not None:
-            rnd.scale = self.update_scale.scale(len(book.workers), self.num_workers, staleness,
-                                                self._fraction(rnd))
-            rnd.info.update(staleness=staleness, scale=rnd.scale)
-        book.open = None
-        if rnd.lanes or folds:
-            if book.applying is None:
-                book.applying = rnd
-            else:  # overlap: the previous round is still being applied
-                book.queued = rnd
-            self.dispatcher.dispatch_apply(rnd.id, dict(rnd.lanes), folds)
-        else:
-            rnd.applied, rnd.t_applied = 0, rnd.t_close
-            if self.monitor:
-                self.monitor.on_round(rnd)

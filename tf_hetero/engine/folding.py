@@ -9,9 +9,9 @@ straggler more than two rounds slow); when ``fit`` joins with gradients still wa
 *fold-only* round (no task of its own) applies them.
 
 >>> from tf_hetero.engine import RoundEngine
->>> from tf_hetero.policies import AllTasks, StalenessWeight
+>>> from tf_hetero.policies import AllTasks, OnePerWorker, StalenessWeight
 >>> folding = LateFolding(StalenessWeight(max_staleness=4))
->>> engine = RoundEngine(3, AllTasks(), components=[folding])
+>>> engine = RoundEngine(3, AllTasks(), OnePerWorker(), components=[folding])
 >>> folding.waiting[(2, 1)] = (7, [])      # lane 2, slot 1 holds round 7's late gradient
 >>> folding.blocks(2, 1), folding.blocks(2, 0), folding.has_work()
 (True, False, True)

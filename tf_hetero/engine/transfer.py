@@ -38,7 +38,7 @@ class TaskTransfer(Component):
     def after_event(self, book) -> None:
         engine = self.engine
         rnd = book.open
-        if rnd is None or rnd.pull or engine._error is not None:  # pylint: disable=protected-access
+        if rnd is None or rnd.pull or engine.error is not None:
             return
         # Called after every event: the cheap reasons to do nothing come first (a 1000-worker
         # round has 1000 events; each full pass here made it cost seconds).

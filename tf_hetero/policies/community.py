@@ -1,7 +1,9 @@
 """Community-aware synchronous parallel (CASP, after Petrel): communities of workers of similar
 speed, synchronous inside a community and asynchronous between communities (the grouped
 engine: one book per community), with the community configuration chosen by a small
-actor-critic agent trained by A3C (:class:`A3C`) in the simulator (:mod:`tf_hetero.sim.casp_env`).
+actor-critic agent (:class:`ActorCritic`) trained by A3C in the simulator
+(:mod:`tf_hetero.sim.a3c`, :mod:`tf_hetero.sim.casp_env`). This module holds what the policy
+runs: the action space, the state, the network's forward pass and its shipped weights.
 
 **Action space.** An action is the number of communities ``k`` in ``1..max_k`` (default 4);
 the assignment is the optimal 1-D split of the workers sorted by projected task time into
@@ -63,9 +65,8 @@ import numpy as np
 from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time, unit_histories
 from tf_hetero.policies.group import GroupContext, SpeedGroups, _Figures, normalize_groups
 
-__all__ = ["MAX_K", "MERGE_RATIO", "STATE_SIZE", "DEFAULT_WEIGHTS", "SIZED_WEIGHTS", "shipped_weights",
-           "communities", "state_features",
-           "ActorCritic", "A3C", "CommunityGroups"]
+__all__ = ["MAX_K", "MERGE_RATIO", "STATE_SIZE", "DEFAULT_WEIGHTS", "SIZED_WEIGHTS",
+           "shipped_weights", "communities", "state_features", "ActorCritic", "CommunityGroups"]
 
 #: Largest number of communities the agent may choose (its output layer's size).
 MAX_K = 4
@@ -158,8 +159,8 @@ def state_features(times: Mapping[int, float], cvs: Mapping[int, float], current
 
 class ActorCritic:
     """A small actor-critic network in numpy: ``state -> tanh(hidden) -> (policy logits,
-    value)``, a shared hidden layer as in A3C. :meth:`gradients` is the advantage
-    actor-critic loss' gradient; :meth:`save`/:meth:`load` keep it in an ``.npz``.
+    value)``, a shared hidden layer as in A3C (trained by :mod:`tf_hetero.sim.a3c`);
+    :meth:`save`/:meth:`load` keep it in an ``.npz`` (the one place of that format).
 
     >>> net = ActorCritic(3, 2, hidden=4, seed=0)
     >>> p, v = net.forward(np.zeros((1, 3)))
@@ -192,40 +193,6 @@ class ActorCritic:
             return int(np.argmax(probs))
         return int((rng or np.random.default_rng()).choice(len(probs), p=probs))
 
-    def gradients(self, states, actions, returns, params=None, entropy: float = 0.01,
-                  value_coef: float = 0.5):
-        """Gradients of ``-sum log pi(a|s) A - entropy * H + value_coef * sum (R - V)^2 / 2``
-        (A = R - V, not differentiated through), and (policy loss, value loss, entropy)."""
-        p = self.params if params is None else params
-        x = np.atleast_2d(np.asarray(states, dtype=float))
-        a = np.asarray(actions, dtype=int)
-        ret = np.asarray(returns, dtype=float)
-        h = np.tanh(x @ p["w1"] + p["b1"])
-        logits = h @ p["wp"] + p["bp"]
-        z = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs = z / z.sum(axis=1, keepdims=True)
-        value = (h @ p["wv"] + p["bv"])[:, 0]
-        adv = ret - value
-        m = len(a)
-        logp = np.log(probs + 1e-12)
-        ent = -(probs * logp).sum(axis=1)
-        onehot = np.eye(self.n_actions)[a]
-        # d(-log pi(a) * A)/dlogits = (pi - onehot) * A; d(-H)/dlogits = pi * (logp + H)
-        dlogits = (probs - onehot) * adv[:, None] + entropy * probs * (logp + ent[:, None])
-        dv = -value_coef * adv  # d(value_coef * (R - V)^2 / 2)/dV
-        g = {"wp": h.T @ dlogits, "bp": dlogits.sum(0), "wv": h.T @ dv[:, None],
-             "bv": np.array([dv.sum()])}
-        dh = (dlogits @ p["wp"].T + dv[:, None] @ p["wv"].T) * (1 - h ** 2)
-        g["w1"], g["b1"] = x.T @ dh, dh.sum(0)
-        g = {k: v / m for k, v in g.items()}
-        pick = probs[np.arange(m), a]
-        stats = (float(-(np.log(pick + 1e-12) * adv).mean()), float((adv ** 2).mean() / 2),
-                 float(ent.mean()))
-        return g, stats
-
-    def copy_params(self) -> dict:
-        return {k: v.copy() for k, v in self.params.items()}
-
     def save(self, path: str, **meta) -> None:
         """Writes the weights and ``meta`` (numbers or strings) to ``path`` (.npz)."""
         extra = {f"meta_{k}": np.asarray(v) for k, v in {**self.meta, **meta}.items()}
@@ -249,101 +216,6 @@ class ActorCritic:
         net = cls(params["w1"].shape[0], params["wp"].shape[1], params["w1"].shape[1])
         net.params, net.meta = params, meta
         return net
-
-
-class _Adam:
-    """Adam on a parameter dict (the global optimizer every A3C learner steps)."""
-
-    def __init__(self, params: dict, lr: float, beta1=0.9, beta2=0.999, eps=1e-8, clip=5.0):
-        self.lr, self.b1, self.b2, self.eps, self.clip, self.t = lr, beta1, beta2, eps, clip, 0
-        self.m = {k: np.zeros_like(v) for k, v in params.items()}
-        self.v = {k: np.zeros_like(v) for k, v in params.items()}
-
-    def step(self, params: dict, grads: dict) -> None:
-        norm = math.sqrt(sum(float((g ** 2).sum()) for g in grads.values()))
-        f = min(1.0, self.clip / (norm + 1e-12))  # global-norm clipping: one bad rollout
-        self.t += 1
-        for k, g in grads.items():
-            g = g * f
-            self.m[k] = self.b1 * self.m[k] + (1 - self.b1) * g
-            self.v[k] = self.b2 * self.v[k] + (1 - self.b2) * g * g
-            mh, vh = self.m[k] / (1 - self.b1 ** self.t), self.v[k] / (1 - self.b2 ** self.t)
-            params[k] -= self.lr * mh / (np.sqrt(vh) + self.eps)
-
-
-class A3C:
-    """Asynchronous advantage actor-critic over ``envs`` (one learner per environment).
-
-    The learners are *sequential interleaved workers* sharing the global parameters: they
-    take one environment step each in turn; a learner acts with its own copy of the global
-    parameters taken at the start of its rollout, and after ``n_steps`` steps (or the end of
-    its episode) computes the advantage actor-critic gradient of its rollout (n-step returns
-    bootstrapped from its value estimate) with that copy and applies it to the global
-    parameters (Adam). Meanwhile the other learners have updated them: each gradient is as
-    stale as in A3C's threads, but the run is reproducible from its seed (threads would not
-    be, and on 2 cores would not run faster: the simulator is pure Python).
-
-    An environment has ``reset() -> state`` and ``step(action) -> (state, reward, done,
-    info)``. :meth:`train` returns one ``(episode, learner, return, info)`` per finished
-    episode.
-
-    >>> class Bandit:                      # the right action is 1
-    ...     def reset(self): return np.ones(2)
-    ...     def step(self, a): return np.ones(2), float(a == 1), True, {}
-    >>> agent = A3C(ActorCritic(2, 3, hidden=8), [Bandit(), Bandit()], lr=0.05, seed=0)
-    >>> _ = agent.train(episodes=150)
-    >>> agent.net.act(np.ones(2))
-    1
-    """
-
-    def __init__(self, net: ActorCritic, envs: Sequence, *, n_steps: int = 5,
-                 gamma: float = 0.9, lr: float = 3e-3, entropy: float = 0.01,
-                 value_coef: float = 0.5, seed: int = 0):
-        if not envs:
-            raise ValueError("A3C: need at least one environment (one per learner).")
-        self.net, self.envs, self.n_steps, self.gamma = net, list(envs), n_steps, gamma
-        self.entropy, self.value_coef = entropy, value_coef
-        self.opt = _Adam(net.params, lr)
-        self.rng = np.random.default_rng(seed)
-        self.updates = 0
-        self.losses: list = []  # (update, policy loss, value loss, entropy)
-
-    def train(self, episodes: int, on_episode: Callable | None = None) -> list:
-        """Runs the learners until ``episodes`` episodes have finished."""
-        history: list = []
-        learners = [{"env": e, "state": e.reset(), "params": self.net.copy_params(),
-                     "rollout": [], "ret": 0.0} for e in self.envs]
-        while len(history) < episodes:
-            for i, L in enumerate(learners):
-                a = self.net.act(L["state"], greedy=False, rng=self.rng, params=L["params"])
-                nxt, r, done, info = L["env"].step(a)
-                L["rollout"].append((L["state"], a, r))
-                L["ret"] += r
-                L["state"] = nxt
-                if done or len(L["rollout"]) >= self.n_steps:
-                    self._update(L, done)
-                if done:
-                    history.append((len(history), i, L["ret"], info))
-                    if on_episode is not None:
-                        on_episode(history[-1])
-                    L["state"], L["ret"] = L["env"].reset(), 0.0
-                if len(history) >= episodes:
-                    break
-        return history
-
-    def _update(self, L: dict, done: bool) -> None:
-        states, actions, rewards = zip(*L["rollout"])
-        R = 0.0 if done else float(self.net.forward(L["state"], L["params"])[1][0])
-        returns = []
-        for r in reversed(rewards):
-            R = r + self.gamma * R
-            returns.append(R)
-        grads, stats = self.net.gradients(states, actions, returns[::-1], L["params"],
-                                          self.entropy, self.value_coef)
-        self.opt.step(self.net.params, grads)  # the global parameters
-        self.updates += 1
-        self.losses.append((self.updates, *stats))
-        L["rollout"], L["params"] = [], self.net.copy_params()
 
 
 class CommunityGroups(_Figures):

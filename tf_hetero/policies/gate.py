@@ -11,7 +11,10 @@ __all__ = ["Unbounded", "StalenessBound"]
 
 
 class Unbounded:
-    """No staleness bound (plain asynchronous training)."""
+    """No staleness bound (plain asynchronous training): the engine asks it nothing, as with
+    no gate (``unbounded``, :class:`~tf_hetero.engine.api.Gate`)."""
+
+    unbounded = True
 
     def may_start(self, worker, clocks) -> bool:
         return True

@@ -1,6 +1,8 @@
 """Grouping policies: which workers train synchronously together, one *book* per group
-(:class:`~tf_hetero.engine.api.GroupingPolicy`; a group round's update rule is in
-:mod:`tf_hetero.policies.scale`).
+(:class:`~tf_hetero.engine.api.GroupingPolicy`, asked with a
+:class:`~tf_hetero.engine.api.GroupContext`; the groups are checked by
+:func:`~tf_hetero.engine.api.normalize_groups`, both re-exported here; a group round's update
+rule is in :mod:`tf_hetero.policies.scale`).
 
 Grouped hybrid sync (Basu et al., HiPC 2018): each group runs its own rounds (one averaged
 update per round) and the groups update the shared model asynchronously to each other, so a
@@ -15,59 +17,13 @@ DynSGD, with staleness-scaled updates).
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
+from tf_hetero.engine.api import GroupContext, Groups, normalize_groups
 from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time, unit_histories
 
 __all__ = ["GroupContext", "FixedGroups", "SpeedGroups", "normalize_groups"]
-
-Groups = tuple  # tuple of sorted tuples of worker indices, sorted by first worker
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupContext:
-    """What a grouping policy may know when the engine asks (at the start, and after each
-    applied round): the live workers, the current groups (``None`` at the start), rounds
-    applied so far (the engine's update count), and the monitor (task-time history)."""
-
-    live: tuple
-    current: Groups | None
-    rounds_applied: int = 0
-    monitor: Any = None
-    num_workers: int = 0
-
-
-def normalize_groups(groups: Sequence[Sequence[int]], num_workers: int | None = None) -> Groups:
-    """Groups as sorted tuples, checked: each worker in exactly one non-empty group.
-
-    >>> normalize_groups([[3], [2, 0, 1]], 4)
-    ((0, 1, 2), (3,))
-    >>> normalize_groups([[0, 1], [1, 2]], 3)
-    Traceback (most recent call last):
-    ...
-    ValueError: groups [[0, 1], [1, 2]]: worker(s) [1] in two groups. Fix: put each worker in exactly one group.
-    """
-    try:
-        out = tuple(sorted((tuple(sorted(int(w) for w in g)) for g in groups),
-                           key=lambda g: g[:1]))
-    except (TypeError, ValueError):
-        raise ValueError(f"groups {groups!r}: need a list of lists of worker indices, e.g. "
-                         "[[0, 1, 2], [3]].") from None
-    seen: list[int] = [w for g in out for w in g]
-    if any(not g for g in out):
-        raise ValueError(f"groups {groups!r}: a group is empty. Fix: drop it.")
-    twice = sorted({w for w in seen if seen.count(w) > 1})
-    if twice:
-        raise ValueError(f"groups {groups!r}: worker(s) {twice} in two groups. Fix: put each "
-                         "worker in exactly one group.")
-    if num_workers is not None and sorted(seen) != list(range(num_workers)):
-        raise ValueError(f"groups {groups!r}: with {num_workers} workers every worker "
-                         f"0..{num_workers - 1} must be in one group (missing "
-                         f"{sorted(set(range(num_workers)) - set(seen))}, unknown "
-                         f"{sorted(set(seen) - set(range(num_workers)))}).")
-    return out
 
 
 class _Figures:

@@ -78,9 +78,9 @@ HELD_OUT = (
 #: The kinds of :func:`training_profile`, in order.
 KINDS = ("uniform", "one slow", "two slow", "classes", "stragglers", "change", "slow+stragglers",
          "mild")
-# "mild" is last: without ``mild`` the draw is among the first seven, those the shipped
-# agents were trained on, exactly as before it was added. It was tried on 2026-11-29 and did
-# not make a better agent (``train_casp train --mild``, docs/CASP.md).
+# "mild" is last: without ``mild`` the draw is among the first seven, the distribution the
+# shipped agents were trained on, so ``train`` reproduces them. With it, training made no
+# better agent (``train_casp train --mild``; docs/CASP.md, "What is not done").
 
 # Largest slowdowns of the "mild" kind: every worker's factor drawn from [1, m] (workers
 # 1.1-1.5x apart, which the other kinds never draw; docs/CASP.md).
@@ -159,7 +159,7 @@ def casp_simulation(cfg, costs, policy: CommunityGroups, learn: bool = True,
 
 def log_loss(learner) -> float:
     """Held-out cross-entropy of ``learner``'s current parameters."""
-    layers = learner._layers(learner.params)  # pylint: disable=protected-access
+    layers = learner.layers(learner.params)
     h = learner.x_test
     for i in range(0, len(layers) - 2, 2):
         h = np.maximum(h @ layers[i] + layers[i + 1], 0.0)

@@ -87,7 +87,9 @@ class Learner:
         return int(self.params.size * 4)
 
     # ------------------------------------------------------------------- the model
-    def _layers(self, params):
+    def layers(self, params) -> list:
+        """``params`` (a flat vector, e.g. :attr:`params`) as the model's weight matrices and
+        bias vectors, in order: ``[w1, b1, w2, b2, ...]`` (views, not copies)."""
         out, i = [], 0
         for shape in self.shapes:
             n = int(np.prod(shape))
@@ -110,7 +112,7 @@ class Learner:
         """Mean cross-entropy gradient of a batch of ``rows`` of ``worker``'s shard at
         ``params`` (what the step read)."""
         x, y = self._batch(worker, int(rows))
-        layers = self._layers(params)
+        layers = self.layers(params)
         acts = [x]
         for i in range(0, len(layers) - 2, 2):
             acts.append(np.maximum(acts[-1] @ layers[i] + layers[i + 1], 0.0))
@@ -127,7 +129,7 @@ class Learner:
         return np.concatenate([g.ravel() for g in reversed(grads)]).astype(np.float32)
 
     def accuracy(self) -> float:
-        layers = self._layers(self.params)
+        layers = self.layers(self.params)
         h = self.x_test
         for i in range(0, len(layers) - 2, 2):
             h = np.maximum(h @ layers[i] + layers[i + 1], 0.0)

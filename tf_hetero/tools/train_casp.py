@@ -4,7 +4,7 @@
     python -m tf_hetero.tools.train_casp eval --seeds 3           # the held-out table
     python -m tf_hetero.tools.train_casp train --sized            # the agent of batch_sizes=True
 
-``train``: A3C (:class:`~tf_hetero.policies.community.A3C`, ``--learners`` interleaved
+``train``: A3C (:class:`~tf_hetero.sim.a3c.A3C`, ``--learners`` interleaved
 learners, each with its own :class:`~tf_hetero.sim.casp_env.SimEnv`) over the training
 distribution of profiles (``--mild``: with the mild-spread kind too; off by default,
 docs/CASP.md); writes the weights (default: the package's
@@ -39,8 +39,9 @@ def train(episodes: int, learners: int, horizon_s: float, seed: int, every: int,
           weights: str, out_dir: str, gamma: float = 0.95, entropy: float = 0.02,
           kind_weights=None, progress: str = "loss", sized: bool = False, log=print,
           mild: bool = False) -> dict:
-    from tf_hetero.policies.community import A3C, MAX_K, STATE_SIZE, ActorCritic
+    from tf_hetero.policies.community import MAX_K, STATE_SIZE, ActorCritic
     from tf_hetero.sim import costs as costs_module
+    from tf_hetero.sim.a3c import A3C
     from tf_hetero.sim.casp_env import SimEnv, training_profile
 
     costs = costs_module.load(None)
