@@ -58,7 +58,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 #: Violations being removed by work in progress (issue 47); must end empty.
 KNOWN: set[str] = {
     "tf_hetero.engine.core:", "tf_hetero.engine.transfer:",            # books out of the core
-    "tf_hetero.sim.run:", "tf_hetero.sim.casp_env:",                    # lr rule, A3C trainer
+    "tf_hetero.sim.casp_env:",                                          # A3C trainer
     "tf_hetero.tools.bench:", "tf_hetero.tools.demo:",                  # bench split
     "tf_hetero.strategies.runtime.rebalance:",                          # rebalancing split
     "tf_hetero.strategies.runtime.accumulate:", "tf_hetero.strategies.runtime.local_push:",

@@ -67,10 +67,11 @@ import time
 
 import numpy as np
 
-from tf_hetero.telemetry import perf as metrics
 from tf_hetero.emulation.profile import Profile
+from tf_hetero.policies import lr as lr_rule
+from tf_hetero.telemetry import perf as metrics
 
-__all__ = ["BenchConfig", "run_bench", "format_table", "paired_table", "warmup_updates"]
+__all__ = ["BenchConfig", "run_bench", "format_table", "paired_table"]
 
 #: Strategies and models of the rows already measured (see run_strategy).
 _FINISHED_ROWS: list = []
@@ -105,7 +106,8 @@ class BenchConfig:
     lr_factors: tuple = (1.0,)
     #: Updates over which the learning rate ramps up linearly (Goyal et al.) for strategies
     #: whose update averages more than one micro-batch; 0: none; ``None`` (the default): as
-    #: many updates as one update averages micro-batches (:func:`warmup_updates`).
+    #: many updates as one update averages micro-batches
+    #: (:func:`tf_hetero.policies.lr.warmup_updates`).
     warmup_updates: int | None = None
     #: How the workers divide the training set (:func:`tf_hetero.data.dataset_fn`'s
     #: ``per_worker``): "reshuffle" (each all of it, in its own order: unbiased whichever
@@ -252,31 +254,11 @@ def _task_records(strategy, task_log):
     return task_log.records if task_log is not None else list(strategy.monitor.tasks)
 
 
-def peak_learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0) -> float:
-    """The linear rule: ``base_lr x micro-batches per update x factor``."""
-    return cfg.base_lr * per_update * factor
-
-
-def warmup_updates(requested: int | None, per_update: int) -> int:
-    """Updates over which a row's rate ramps up: none when an update is one micro-batch;
-    ``requested`` if given; by default (``None``) as many as one update averages
-    micro-batches, so k x the one-batch rate is reached after k updates (Goyal et al. warm
-    up over 5 epochs; an epoch is arbitrary here, the update's size is not). Measured at 16
-    workers: 6 of 6 H-PS/EPSP runs reached the target with it, 4 of 6 without
-    (benchmarks/results/2026-11-27-warmup/).
-
-    >>> warmup_updates(None, 16), warmup_updates(None, 1), warmup_updates(0, 16), warmup_updates(5, 4)
-    (16, 0, 0, 5)
-    """
-    if per_update <= 1:
-        return 0
-    return per_update if requested is None else requested
-
-
 def learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
-    """The SGD learning rate of a row: ``base_lr x micro-batches per update x factor``, ramped
-    up linearly over :func:`warmup_updates` updates when an update averages several
-    micro-batches.
+    """The SGD learning rate of a row as tf_keras takes it: the linear rule
+    (:func:`~tf_hetero.policies.lr.linear_rate`), ramped up linearly over
+    :func:`~tf_hetero.policies.lr.warmup_updates` updates when an update averages several
+    micro-batches (:func:`~tf_hetero.policies.lr.warmup_schedule`, in TensorFlow ops).
 
     >>> learning_rate(BenchConfig(strategies=("bsp",), warmup_updates=0), 4)
     0.08
@@ -284,8 +266,8 @@ def learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
     >>> [round(float(lr(step)), 3) for step in (0, 1, 3, 10)]
     [0.02, 0.04, 0.08, 0.08]
     """
-    peak = peak_learning_rate(cfg, per_update, factor)
-    ramp_updates = warmup_updates(cfg.warmup_updates, per_update)
+    peak = lr_rule.linear_rate(cfg.base_lr, per_update, factor)
+    ramp_updates = lr_rule.warmup_updates(cfg.warmup_updates, per_update)
     if ramp_updates <= 1:
         return peak
     import tf_keras as keras
@@ -369,8 +351,8 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     sampler = _AccuracySampler(model, test.x, test.y, cfg.eval_interval_s)
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=cfg.workers,
                                seed=seed, data=train, per_worker=cfg.data_per_worker)
-    peak_lr = peak_learning_rate(cfg, per_update, lr_factor)
-    ramp = warmup_updates(cfg.warmup_updates, per_update)
+    peak_lr = lr_rule.linear_rate(cfg.base_lr, per_update, lr_factor)
+    ramp = lr_rule.warmup_updates(cfg.warmup_updates, per_update)
     print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
           f"lr {peak_lr:g}{f' (warm-up {ramp} updates)' if ramp > 1 else ''}", flush=True)
     traffic_before = meter.snapshot() if meter is not None else None
