@@ -59,7 +59,6 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 KNOWN: set[str] = {
     "tf_hetero.engine.core:", "tf_hetero.engine.transfer:",            # books out of the core
     "tf_hetero.sim.casp_env:",                                          # A3C trainer
-    "tf_hetero.tools.bench:", "tf_hetero.tools.demo:",                  # bench split
     "tf_hetero.strategies.runtime.rebalance:",                          # rebalancing split
     "tf_hetero.strategies.runtime.accumulate:", "tf_hetero.strategies.runtime.local_push:",
     "tf_hetero.telemetry.tasklog:", "tf_hetero.emulation.device <-> tf_hetero.emulation.ps",

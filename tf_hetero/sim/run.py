@@ -133,7 +133,7 @@ class Simulation:
         return loop.now
 
     def result(self, end: float) -> dict:
-        """The bench's JSON keys for this run (:func:`tf_hetero.tools.bench.run_strategy`),
+        """The bench's JSON keys for this run (:func:`tf_hetero.tools.benchrow.run_strategy`),
         computed in passes linear in the tasks (a 1000-worker run has a million)."""
         cfg, n, d = self.cfg, self.cfg.workers, self.dispatcher
         records = list(self.monitor.tasks)
@@ -210,7 +210,7 @@ class _NeverStop:
 def simulate_run(spec: str, cfg, costs, *, learn: bool = False, lr_factor: float = 1.0,
                  stop_on_divergence: bool = True) -> dict:
     """Simulates one bench row of ``spec`` under ``cfg`` (a
-    :class:`~tf_hetero.tools.bench.BenchConfig` or any object with its fields) and
+    :class:`~tf_hetero.tools.benchconfig.BenchConfig` or any object with its fields) and
     ``costs``; returns the bench's JSON keys. ``stop_on_divergence=False``: the engine's
     divergence guard does not stop the run (its accuracy shows the divergence)."""
     sim = Simulation(spec, cfg, costs, learn=learn, lr_factor=lr_factor,
