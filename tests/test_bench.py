@@ -175,7 +175,7 @@ def test_summary_table_gives_time_to_target_relative_to_stock_pss():
 
 def test_summary_table_with_repeats_uses_each_rows_median_time_to_target():
     """The row's own ``time_to_target_s`` is that of its median-samples/s run; the bench table
-    and the summary must both give the median over repeats (a one_slow run of 2026-11-27 read
+    and the summary must both give the median over repeats (a one_slow run read
     pss 52.6 s in the summary, 49.4 s median in the table)."""
     from tf_hetero.tools.report import summarize
     from tf_hetero.tools.scenarios import summary_table
