@@ -206,10 +206,10 @@ def _make_row(spec: str, cluster, cfg: BenchConfig, profile: Profile, lr_factor:
                                            momentum=cfg.momentum),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       steps_per_execution=k)
+    peak_lr = lr_rule.linear_rate(cfg.base_lr, per_update, lr_factor)
     return _Row(spec, placement, rebalance, strategy, model,
                 stock=not isinstance(strategy, HeteroStrategy), granule=granule,
-                per_update=per_update, peak_lr=lr_rule.linear_rate(cfg.base_lr, per_update, lr_factor),
-                lr_factor=lr_factor)
+                per_update=per_update, peak_lr=peak_lr, lr_factor=lr_factor)
 
 
 def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
