@@ -76,7 +76,8 @@ def _run(strategy, sps, ttt, repeat=0):
 
 
 def test_summary_takes_the_median_run_and_reports_the_range():
-    from tf_hetero.tools.bench import BenchConfig, format_table, summarize
+    from tf_hetero.tools.benchconfig import BenchConfig
+    from tf_hetero.tools.report import format_table, summarize
 
     runs = [_run("pss", 300, 2.0), _run("pss", 100, None, 1), _run("pss", 200, 4.0, 2),
             _run("bsp", 50, None), _run("bsp", 60, None, 1), _run("bsp", 55, 9.0, 2)]
@@ -92,7 +93,8 @@ def test_summary_takes_the_median_run_and_reports_the_range():
 
 
 def test_a_row_that_computed_more_samples_than_the_budget_is_named_under_the_table():
-    from tf_hetero.tools.bench import BenchConfig, format_table, summarize
+    from tf_hetero.tools.benchconfig import BenchConfig
+    from tf_hetero.tools.report import format_table, summarize
 
     cfg = BenchConfig(strategies=("epsp",), tasks=40, steps_per_epoch=20, batch_size=8)
     exact, more = _run("pss", 100, 2.0), _run("epsp", 90, 1.5)
@@ -106,7 +108,7 @@ def test_a_row_that_computed_more_samples_than_the_budget_is_named_under_the_tab
 
 
 def test_bench_config_rejects_unknown_strategy_and_adds_the_reference():
-    from tf_hetero.tools.bench import BenchConfig
+    from tf_hetero.tools.benchconfig import BenchConfig
 
     with pytest.raises(ValueError, match=r"^Unknown strategy 'nope'.*Fix: use one of"):
         BenchConfig(strategies=("bsp", "nope"))
@@ -173,9 +175,9 @@ def test_summary_table_gives_time_to_target_relative_to_stock_pss():
 
 def test_summary_table_with_repeats_uses_each_rows_median_time_to_target():
     """The row's own ``time_to_target_s`` is that of its median-samples/s run; the bench table
-    and the summary must both give the median over repeats (a one_slow run of 2026-11-27 read
+    and the summary must both give the median over repeats (a one_slow run read
     pss 52.6 s in the summary, 49.4 s median in the table)."""
-    from tf_hetero.tools.bench import summarize
+    from tf_hetero.tools.report import summarize
     from tf_hetero.tools.scenarios import summary_table
 
     runs = [_run("pss", 300, 10.0), _run("pss", 200, 14.0, 1), _run("pss", 100, 12.0, 2),
@@ -187,7 +189,8 @@ def test_summary_table_with_repeats_uses_each_rows_median_time_to_target():
 
 
 def test_lr_grid_reports_each_strategy_at_its_best_non_diverged_rate():
-    from tf_hetero.tools.bench import BenchConfig, format_table, summarize
+    from tf_hetero.tools.benchconfig import BenchConfig
+    from tf_hetero.tools.report import format_table, summarize
 
     def run(factor, ttt, acc):
         r = _run("bsp", 100.0, ttt)
@@ -207,7 +210,8 @@ def test_lr_grid_reports_each_strategy_at_its_best_non_diverged_rate():
 def test_a_row_stopped_by_the_divergence_guard_is_never_the_best_rate():
     """A fit that stopped on the divergence guard is marked diverged even when the accuracy
     reached before the stop looks fine, so the lr grid picks a rate that trained through."""
-    from tf_hetero.tools.bench import BenchConfig, format_table, summarize
+    from tf_hetero.tools.benchconfig import BenchConfig
+    from tf_hetero.tools.report import format_table, summarize
 
     def run(factor, ttt, stopped=None):
         r = _run("hps", 100.0, ttt)

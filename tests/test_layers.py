@@ -61,8 +61,6 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 
 #: Violations being removed by work in progress (issue 47); must end empty.
 KNOWN: set[str] = {
-    "tf_hetero.sim.run:",                                               # lr rule
-    "tf_hetero.tools.bench:", "tf_hetero.tools.demo:",                  # bench split
     "tf_hetero.strategies.runtime.rebalance:",                          # rebalancing split
 }
 

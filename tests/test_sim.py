@@ -50,15 +50,10 @@ def test_measured_runs_cover_three_scenarios():
 
 
 #: Cells the simulator misses, with the measured numbers (strict: a cell that comes within
-#: tolerance must be taken off this list). docs/SIMULATOR.md, "Validation". Empty since the
-#: runs of 2026-11-27 (the two misses of 2026-11-26, hpspipe on classes +17.0% and ssp on
-#: midrun +20.1%, came within tolerance: +10.8% and -6.3%).
+#: tolerance must be taken off this list). docs/SIMULATOR.md, "Validation".
 KNOWN_MISSES: dict = {}
 
 #: Scenarios whose ranking the simulator gets wrong, and why (strict, as KNOWN_MISSES).
-#: Empty since the buffer path's push draws its own delay (``local_push_jitter_s``): before,
-#: ``classes`` had hpsfp and hpsint level with grouped (550, 550, 549 simulated; 487, 489,
-#: 568 measured).
 KNOWN_MISORDERS: dict = {}
 
 

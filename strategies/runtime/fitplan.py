@@ -34,6 +34,7 @@ import weakref
 from typing import Any
 
 from tf_hetero import tfcompat
+from tf_hetero.policies.lr import linear_advice
 
 __all__ = ["FitState", "state_of", "fit_model", "fits_handler", "install", "plan_line",
            "note_plan", "take_plan"]
@@ -80,7 +81,7 @@ def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_executio
         return (f"[tf-hetero] {who}: this fit runs {steps} steps and applies ~{updates} "
                 f"updates, one per step (the steps of every worker applied one by one, on the "
                 f"chief). optimizer.iterations counts updates (resume at epoch iterations "
-                f"// {per_epoch}); learning rate: the one-batch rate.")
+                f"// {per_epoch}); learning rate: {linear_advice(1)}.")
     if round_steps is not None:  # sized: the workers split the round's batches
         size = f"round of {workers} sized tasks"
     elif groups == 1:
@@ -90,8 +91,7 @@ def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_executio
     return (f"[tf-hetero] {who}: this fit runs {steps} steps as {tasks} tasks and applies "
             f"~{updates} updates, one per {size} ({batches:g} steps, {batches:g} batches "
             f"averaged). optimizer.iterations counts updates (resume at epoch iterations x "
-            f"{batches:g} // {per_epoch}); learning rate: scale a one-batch rate by "
-            f"{batches:g} (linear rule), or warm up to it.")
+            f"{batches:g} // {per_epoch}); learning rate: {linear_advice(batches)}.")
 
 
 def note_plan(strategy, handler) -> None:

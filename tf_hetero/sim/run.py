@@ -28,6 +28,7 @@ import math
 
 from tf_hetero.emulation.profile import Profile
 from tf_hetero.engine import RoundEngine
+from tf_hetero.policies import lr as lr_rule
 from tf_hetero.sim.dispatcher import SimDispatcher
 from tf_hetero.sim.events import EventLoop, SimulationError
 from tf_hetero.telemetry import perf
@@ -63,7 +64,7 @@ class Simulation:
                                     cfg.batch_size // self.granule)
         self.steps_per_epoch = cfg.steps_per_epoch  # a step reads one batch, sized or not
         self.epochs = cfg.tasks // cfg.steps_per_epoch
-        self.lr = cfg.base_lr * self.per_update * lr_factor
+        self.lr = lr_rule.linear_rate(cfg.base_lr, self.per_update, lr_factor)
         self.lr_factor = lr_factor
         self.loop = EventLoop()
         self.monitor = Monitor(n, clock=self.loop)
@@ -91,15 +92,10 @@ class Simulation:
         self.dispatcher.engine = self.engine
         self.error: BaseException | None = None
 
-    def _schedule(self):
+    def _schedule(self) -> lr_rule.Rate:
         """The bench's learning rate: the linear rule, warmed up as the bench does."""
-        from tf_hetero.tools.bench import warmup_updates  # TF-free: one rule for both
-
-        peak = self.lr
-        warmup = warmup_updates(getattr(self.cfg, "warmup_updates", 0), self.per_update)
-        if warmup <= 1:
-            return peak
-        return lambda step: peak * min(1.0, (step + 1) / warmup)
+        warmup = lr_rule.warmup_updates(getattr(self.cfg, "warmup_updates", 0), self.per_update)
+        return lr_rule.warmup_schedule(self.lr, warmup)
 
     def _stopped(self) -> bool:
         try:
@@ -137,7 +133,7 @@ class Simulation:
         return loop.now
 
     def result(self, end: float) -> dict:
-        """The bench's JSON keys for this run (:func:`tf_hetero.tools.bench.run_strategy`),
+        """The bench's JSON keys for this run (:func:`tf_hetero.tools.benchrow.run_strategy`),
         computed in passes linear in the tasks (a 1000-worker run has a million)."""
         cfg, n, d = self.cfg, self.cfg.workers, self.dispatcher
         records = list(self.monitor.tasks)
@@ -214,7 +210,7 @@ class _NeverStop:
 def simulate_run(spec: str, cfg, costs, *, learn: bool = False, lr_factor: float = 1.0,
                  stop_on_divergence: bool = True) -> dict:
     """Simulates one bench row of ``spec`` under ``cfg`` (a
-    :class:`~tf_hetero.tools.bench.BenchConfig` or any object with its fields) and
+    :class:`~tf_hetero.tools.benchconfig.BenchConfig` or any object with its fields) and
     ``costs``; returns the bench's JSON keys. ``stop_on_divergence=False``: the engine's
     divergence guard does not stop the run (its accuracy shows the divergence)."""
     sim = Simulation(spec, cfg, costs, learn=learn, lr_factor=lr_factor,

@@ -199,7 +199,8 @@ def _data_per_worker(args) -> dict:
 
 
 def cmd_bench(args) -> int:
-    from tf_hetero.tools.bench import BenchConfig, run_bench
+    from tf_hetero.tools.bench import run_bench
+    from tf_hetero.tools.benchconfig import BenchConfig
     from tf_hetero.tools.scenarios import load_scenarios, run_scenarios
 
     strategies = tuple(args.strategies.split(","))

@@ -1,20 +1,20 @@
 """``tf-hetero demo``: stock PSS and tf-hetero strategies on one heterogeneous local cluster.
 
 ``make demo`` (``tf-hetero demo``) starts one multi-process
-:class:`~tf_hetero.cluster.LocalCluster` (4 workers, 2 PS, worker 3 four times slower by
+:class:`~tf_hetero.cluster.local.LocalCluster` (4 workers, 2 PS, worker 3 four times slower by
 default) and trains the same model on the same data, with the same sample budget and the same
 learning-rate rule, under stock ``tf.distribute.ParameterServerStrategy`` and the tf-hetero
 strategies in :data:`COMPARE_STRATEGIES`, one after the other, with the benchmark's
-machinery (:mod:`tf_hetero.tools.bench`: its defaults, its clock, its measured bytes). It
-prints one table, every figure relative to stock PSS (:func:`compare_table`), and writes one
-figure: accuracy vs wall time per strategy and each strategy's per-worker task timeline,
-whose gaps are where a worker waited (``compare.png``, with ``compare.json`` and
-``compare.md``).
+machinery (:mod:`tf_hetero.tools.benchconfig`'s defaults, :mod:`tf_hetero.tools.benchrow`'s
+clock and measured bytes). It prints one table, every figure relative to stock PSS
+(:func:`tf_hetero.tools.report.compare_table`), and writes one figure: accuracy vs wall time
+per strategy and each strategy's per-worker task timeline, whose gaps are where a worker
+waited (``compare.png``, with ``compare.json`` and ``compare.md``).
 
 ``tf-hetero demo --strategy X`` shows one strategy in detail instead (:func:`run_demo`):
 per-worker task counts and times (measured slowdown next to the configured one), samples/s,
-cluster efficiency and test accuracy, ``demo.png`` (task timeline, tasks per worker) and
-``demo.json``.
+cluster efficiency and test accuracy (:func:`tf_hetero.tools.report.worker_table`),
+``demo.png`` (task timeline, tasks per worker) and ``demo.json``.
 
 >>> from tf_hetero.tools.demo import DemoConfig, run_demo                   # doctest: +SKIP
 >>> result = run_demo(DemoConfig(epochs=1, steps_per_epoch=20))
@@ -32,17 +32,17 @@ import time
 import numpy as np
 
 from tf_hetero import tfcompat
-from tf_hetero.telemetry import perf as metrics
 from tf_hetero.emulation.profile import Profile
+from tf_hetero.telemetry import perf as metrics
 from tf_hetero.telemetry.tasklog import TaskLog, measured_ratios
+from tf_hetero.tools import report
 
-__all__ = ["DemoConfig", "DemoResult", "run_demo", "train", "measure", "format_report", "plot",
-           "COMPARE_STRATEGIES", "compare_config", "run_comparison", "compare_table"]
+__all__ = ["DemoConfig", "DemoResult", "run_demo", "train", "measure", "COMPARE_STRATEGIES",
+           "compare_config", "run_comparison"]
 
 #: The rows of ``make demo``: stock PSS (the reference), the two tf-hetero strategies that
 #: reach the target soonest in the scenario suite (benchmarks/results/), and plain BSP.
 COMPARE_STRATEGIES = ("pss", "hps", "epsp", "bsp")
-
 
 
 @dataclasses.dataclass
@@ -105,10 +105,11 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
     """Trains once under ``cfg.strategy`` on the cluster behind ``resolver``; measures it."""
     import tf_keras as keras
 
-    import tf_hetero
     from tf_hetero import data, models
-
+    from tf_hetero.callbacks import Progress
+    from tf_hetero.emulation.device import emulate
     from tf_hetero.strategies import registry
+    from tf_hetero.strategies.base import HeteroStrategy
 
     train_split = data.load(cfg.dataset, "train")
     test_split = data.load(cfg.dataset, "test")
@@ -121,8 +122,8 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
         model.compile(optimizer=keras.optimizers.Adam(cfg.learning_rate),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
-    device = tf_hetero.emulate(model, profile, strategy=strategy)
-    hetero = isinstance(strategy, tf_hetero.HeteroStrategy)
+    device = emulate(model, profile, strategy=strategy)
+    hetero = isinstance(strategy, HeteroStrategy)
     task_log = TaskLog.for_strategy(strategy)  # progress; for tf-hetero strategies the
     # figures below come from the monitor, which knows which tasks were applied
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=n, seed=cfg.seed,
@@ -130,7 +131,7 @@ def train(cfg: DemoConfig, resolver, profile: Profile) -> DemoResult:
     t0 = time.perf_counter()
     model.fit(keras.utils.experimental.DatasetCreator(train_fn), epochs=cfg.epochs,
               steps_per_epoch=cfg.steps_per_epoch, verbose=0,
-              callbacks=[tf_hetero.Progress(cfg.progress_interval_s, task_log=task_log)])
+              callbacks=[Progress(cfg.progress_interval_s, task_log=task_log)])
     fit_wall = time.perf_counter() - t0
     task_log.detach()
     if hetero:
@@ -151,7 +152,8 @@ def measure(task_log: TaskLog, profile: Profile, num_workers: int, batch_size: i
             applied_tasks: int | None = None) -> DemoResult:
     """Turns a finished fit's task log into per-worker figures and cluster efficiency.
 
-    ``config`` is reported as given; :func:`format_report` and :func:`plot` read its
+    ``config`` is reported as given; :func:`~tf_hetero.tools.report.worker_table` and
+    :func:`~tf_hetero.tools.report.plot_workers` read its
     ``profile``, ``model``, ``dataset`` and ``batch_size`` entries. ``applied_tasks`` (default:
     every task) is what counts toward samples/s: dropped tasks (backup workers) do not.
     """
@@ -174,57 +176,9 @@ def measure(task_log: TaskLog, profile: Profile, num_workers: int, batch_size: i
         timeline=[(r.worker, r.start - t_first, r.end - t_first) for r in task_log.records])
 
 
-def format_report(r: DemoResult) -> str:
-    """The per-worker table and the cluster summary as Markdown."""
-    fastest = min(r.slowdowns)
-    lines = [f"strategy: {r.strategy}   profile: {r.config['profile']}   model: {r.config['model']}"
-             f"   data: {r.config['dataset']}   batch/task: {r.config['batch_size']}", "",
-             "| worker | class | configured ratio | tasks | mean ms | median ms | measured ratio |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
-    for w in range(len(r.tasks)):
-        lines.append(f"| {w} | {r.classes[w]} | {r.slowdowns[w] / fastest:.2f} | {r.tasks[w]} | "
-                     f"{r.mean_ms[w]:.1f} | {r.median_ms[w]:.1f} | {r.measured_ratio[w]:.2f} |")
-    lines += ["",
-              "| samples | fit wall s | task span s | samples/s | ideal samples/s | efficiency | test accuracy |",
-              "|---:|---:|---:|---:|---:|---:|---:|",
-              f"| {r.samples} | {r.fit_wall_s:.1f} | {r.task_span_s:.1f} | {r.samples_per_sec:.1f} | "
-              f"{r.ideal_samples_per_sec:.1f} | {r.efficiency:.3f} | {r.accuracy:.4f} |"]
-    return "\n".join(lines)
-
-
-def plot(r: DemoResult, path: str) -> str:
-    """Writes the task timeline and tasks-per-worker chart to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(r.tasks)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw={"width_ratios": [3, 1]})
-    colors = plt.get_cmap("tab10")
-    for w, start, end in r.timeline:
-        ax1.barh(w, end - start, left=start, height=0.7, color=colors(w % 10),
-                 edgecolor="white", linewidth=0.3)
-    ax1.set_yticks(range(n), [f"worker {w}\n({r.classes[w]})" for w in range(n)])
-    ax1.invert_yaxis()
-    ax1.set_xlabel("seconds since the first task")
-    ax1.set_title(f"{r.strategy}: task timeline (profile {r.config['profile']})")
-    ax2.bar(range(n), r.tasks, color=[colors(w % 10) for w in range(n)])
-    for w in range(n):
-        ax2.text(w, r.tasks[w], f"x{r.measured_ratio[w]:.2f}", ha="center", va="bottom", fontsize=8)
-    ax2.set_xticks(range(n))
-    ax2.set_xlabel("worker (label: measured slowdown)")
-    ax2.set_ylabel("tasks")
-    ax2.set_title(f"efficiency {r.efficiency:.2f}, accuracy {r.accuracy:.3f}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def run_demo(cfg: DemoConfig | None = None) -> DemoResult:
     """Starts the local cluster, trains, prints the report, writes the PNG and JSON."""
-    from tf_hetero.cluster import LocalCluster
+    from tf_hetero.cluster.local import LocalCluster
 
     cfg = cfg or DemoConfig()
     profile = Profile.parse(cfg.profile)
@@ -238,14 +192,12 @@ def run_demo(cfg: DemoConfig | None = None) -> DemoResult:
               f"{cfg.epochs} x {cfg.steps_per_epoch} tasks of {cfg.batch_size} samples "
               f"under {cfg.strategy}", flush=True)
         result = train(cfg, cluster.resolver, profile)
-    report = format_report(result)
-    print("\n" + report + "\n", flush=True)
-    png = plot(result, os.path.join(cfg.out_dir, "demo.png"))
-    with open(os.path.join(cfg.out_dir, "demo.json"), "w") as f:
-        f.write(result.to_json())
-    with open(os.path.join(cfg.out_dir, "demo.md"), "w") as f:
-        f.write(report + "\n")
-    print(f"[tf-hetero] wrote {png}, demo.json and demo.md in {cfg.out_dir}", flush=True)
+    table = report.worker_table(result)
+    print("\n" + table + "\n", flush=True)
+    stem = os.path.join(cfg.out_dir, "demo")
+    report.write(stem, dataclasses.asdict(result), table,
+                 lambda path: report.plot_workers(result, path))
+    print(f"[tf-hetero] wrote {stem}.png, demo.json and demo.md in {cfg.out_dir}", flush=True)
     return result
 
 
@@ -253,101 +205,23 @@ def run_demo(cfg: DemoConfig | None = None) -> DemoResult:
 
 
 def compare_config(strategies=COMPARE_STRATEGIES, **settings):
-    """The benchmark's configuration (:class:`~tf_hetero.tools.bench.BenchConfig`: its
+    """The benchmark's configuration (:class:`~tf_hetero.tools.benchconfig.BenchConfig`: its
     defaults, so its data, sample budget and learning-rate rule) for the demo's rows;
     ``settings`` override BenchConfig fields (``out_dir`` defaults to ``runs/demo``)."""
-    from tf_hetero.tools.bench import BenchConfig
+    from tf_hetero.tools.benchconfig import BenchConfig
 
     settings.setdefault("out_dir", "runs/demo")
     return BenchConfig(strategies=tuple(strategies), **settings)
 
 
-def _ratio(value, reference, invert: bool = False) -> str:
-    if value is None or not reference:
-        return ""
-    if invert:  # times: the reference's seconds over the row's (> 1: sooner than PSS)
-        return f"{reference / value:.2f}x" if value else ""
-    return f"{value / reference:.2f}x"
-
-
-def _idle_percent(row: dict) -> float:
-    """Mean share of the row's span in which a worker ran no task (it waited)."""
-    span = row["span_s"]
-    busy: dict[int, float] = {}
-    for worker, start, end, _ in row["timeline"]:
-        busy[worker] = busy.get(worker, 0.0) + (end - start)
-    workers = len(row["tasks_per_worker"])
-    return 100.0 * sum(max(0.0, 1 - busy.get(w, 0.0) / span) for w in range(workers)) / workers
-
-
-def _bytes_per_sample(row: dict):
-    to_ps, from_ps = row.get("bytes_to_ps_per_sample"), row.get("bytes_from_ps_per_sample")
-    return None if to_ps is None or from_ps is None else to_ps + from_ps
-
-
-def compare_table(results: list[dict], cfg) -> str:
-    """One Markdown table, each figure next to its ratio to stock PSS (the ``pss`` row), and
-    the lines saying where each strategy comes out ahead, from the same numbers."""
-    ref = next(r for r in results if r["strategy"] == "pss")
-    ref_bytes = _bytes_per_sample(ref)
-    lines = [f"profile `{cfg.profile}`, {cfg.workers} workers / {cfg.ps} PS, model {cfg.model}, "
-             f"data {cfg.dataset}, {cfg.tasks} micro-batches x {cfg.batch_size} samples for "
-             f"every strategy, SGD lr {cfg.base_lr:g} x micro-batches per update, momentum "
-             f"{cfg.momentum:g}; time from fit() to accuracy {cfg.target_accuracy} on held-out "
-             "data. In brackets: relative to stock PSS (time: PSS's seconds / the row's, > 1 is "
-             "sooner; others: the row's / PSS's).", "",
-             f"| strategy | time to {cfg.target_accuracy} s | samples/s | efficiency | "
-             "final accuracy | bytes/sample to+from PS | updates | workers idle |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        t = r["time_to_target_s"]
-        acc_delta = 100 * (r["final_accuracy"] - ref["final_accuracy"])
-        b = _bytes_per_sample(r)
-        lines.append(
-            f"| {r['strategy']}{' (diverged)' if r.get('diverged') else ''} | "
-            + (f"{t:.1f} ({_ratio(t, ref['time_to_target_s'], invert=True)})" if t is not None
-               else "not reached")
-            + f" | {r['samples_per_sec']:.0f} ({_ratio(r['samples_per_sec'], ref['samples_per_sec'])})"
-            f" | {r['efficiency']:.2f} ({_ratio(r['efficiency'], ref['efficiency'])})"
-            f" | {r['final_accuracy']:.3f} ({acc_delta:+.1f} pt)"
-            f" | {f'{b:.0f} ({_ratio(b, ref_bytes)})' if b is not None else 'not measured'}"
-            f" | {r['rounds']} | {_idle_percent(r):.0f}% |")
-    return "\n".join(lines + [""] + _verdict(results, cfg))
-
-
-def _verdict(results: list[dict], cfg) -> list[str]:
-    """Where each strategy comes out ahead, read off the table's own numbers."""
-    rows = [dict(r, total_bytes=_bytes_per_sample(r)) for r in results]
-
-    def best(key, pick=max, fmt="{:.0f}"):
-        candidates = [r for r in rows if r.get(key) is not None]
-        if not candidates:
-            return "none"
-        winner = pick(candidates, key=lambda r: r[key])
-        return f"{winner['strategy']} ({fmt.format(winner[key])})"
-
-    lines = [f"- Soonest to {cfg.target_accuracy}: {best('time_to_target_s', min, '{:.1f} s')}; "
-             f"most samples/s: {best('samples_per_sec')}; highest final accuracy: "
-             f"{best('final_accuracy', fmt='{:.3f}')}"
-             + f"; fewest bytes per sample: {best('total_bytes', min)}."]
-    rounds = [r["strategy"] for r in results if r["strategy"] in ("bsp", "hps", "epsp")]
-    if rounds:
-        lines.append(f"- Exact rounds: {', '.join(rounds)} apply one update per round, equal to "
-                     "one SGD step on the round's whole global batch (tested against large-batch "
-                     "SGD); stock PSS applies every micro-batch's gradient as it arrives, "
-                     "computed on weights the other workers' updates have changed since (stale).")
-    lines.append("- The figure's timelines show where each strategy waits: gaps are time a "
-                 "worker ran no task (`workers idle` above).")
-    return lines
-
-
 def run_comparison(cfg=None) -> list[dict]:
     """Runs every strategy of ``cfg`` (a BenchConfig, default :func:`compare_config`) once on
-    one local cluster, in the benchmark's shuffled order, prints :func:`compare_table` and
-    writes ``compare.png``, ``compare.json`` and ``compare.md`` in ``cfg.out_dir``."""
-    from tf_hetero.cluster import LocalCluster
+    one local cluster, in the benchmark's shuffled order, prints
+    :func:`~tf_hetero.tools.report.compare_table` and writes ``compare.png``,
+    ``compare.json`` and ``compare.md`` in ``cfg.out_dir``."""
+    from tf_hetero.cluster.local import LocalCluster
     from tf_hetero.telemetry.traffic import TrafficMeter
-    from tf_hetero.tools import bench
+    from tf_hetero.tools.benchrow import run_strategy
 
     cfg = cfg or compare_config()
     profile = Profile.parse(cfg.profile)
@@ -368,21 +242,19 @@ def run_comparison(cfg=None) -> list[dict]:
             print(f"[tf-hetero demo] {i}/{len(order)}: {spec} "
                   f"({time.perf_counter() - t_start:.0f}s elapsed)", flush=True)
             gc.collect()  # the previous row's objects, outside the timed region (as the bench)
-            run = bench.run_strategy(spec, cluster, cfg, profile, 1.0, meter)
+            run = run_strategy(spec, cluster, cfg, profile, 1.0, meter)
             t = run["time_to_target_s"]
             print(f"[tf-hetero demo] {spec}: accuracy {cfg.target_accuracy} "
                   f"{f'after {t:.1f}s' if t is not None else 'not reached'}, final "
                   f"{run['final_accuracy']:.3f}, {run['samples_per_sec']:.0f} samples/s",
                   flush=True)
             runs.append(run)
-    results = bench.summarize(runs, cfg.strategies, runs[0]["num_classes"])
-    table = compare_table(results, cfg)
+    results = report.summarize(runs, cfg.strategies, runs[0]["num_classes"])
+    table = report.compare_table(results, cfg)
     print("\n" + table + "\n", flush=True)
-    png = bench.plot(results, cfg, os.path.join(cfg.out_dir, "compare.png"))
-    with open(os.path.join(cfg.out_dir, "compare.json"), "w") as f:
-        json.dump({"config": dataclasses.asdict(cfg), "results": results}, f, indent=1)
-    with open(os.path.join(cfg.out_dir, "compare.md"), "w") as f:
-        f.write(table + "\n")
-    print(f"[tf-hetero demo] wrote {png}, compare.json and compare.md in {cfg.out_dir} "
+    stem = os.path.join(cfg.out_dir, "compare")
+    report.write(stem, {"config": dataclasses.asdict(cfg), "results": results}, table,
+                 lambda path: report.plot_runs(results, cfg, path))
+    print(f"[tf-hetero demo] wrote {stem}.png, compare.json and compare.md in {cfg.out_dir} "
           f"({time.perf_counter() - t_start:.0f}s in all)", flush=True)
     return results

@@ -1,6 +1,6 @@
 """Named benchmark scenarios (``benchmarks/scenarios/*.json``) and the summary across them.
 
-A scenario file holds a ``description`` and any :class:`~tf_hetero.tools.bench.BenchConfig`
+A scenario file holds a ``description`` and any :class:`~tf_hetero.tools.benchconfig.BenchConfig`
 setting; what it leaves out comes from :data:`SCENARIO_DEFAULTS` (the harder offline problem,
 MNIST-1D with a 1-D CNN, where batch size matters), not from the quick digits defaults.
 ``tf-hetero bench --scenario NAME`` (or ``all``) runs each scenario on its own local cluster,
@@ -50,7 +50,7 @@ class Scenario:
 
     def config(self, **fixed):
         """The :class:`BenchConfig` of this scenario (``fixed``: strategies, repeats, ...)."""
-        from tf_hetero.tools.bench import BenchConfig
+        from tf_hetero.tools.benchconfig import BenchConfig
 
         return BenchConfig(**{**SCENARIO_DEFAULTS, **self.settings, **fixed})
 

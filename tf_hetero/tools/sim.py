@@ -9,7 +9,8 @@ A single size writes what ``tf-hetero bench`` writes (the same JSON keys, the Ma
 and the PNG, by the bench's own report functions, plus ``"simulated": true`` per row); a list
 of sizes or ``--profile-sweep`` writes ``sweep.json`` and ``sweep.png`` (:mod:`.sweep`).
 A command (the library, :mod:`tf_hetero.sim` included, never imports the tools): it reuses
-:mod:`tf_hetero.tools.bench`'s report.
+the bench's configuration (:mod:`tf_hetero.tools.benchconfig`) and report
+(:mod:`tf_hetero.tools.report`).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def main(args) -> int:
 
 def _config(args, workers: int, profile):
     from tf_hetero.sim.sweep import quarter_slow
-    from tf_hetero.tools.bench import BenchConfig
+    from tf_hetero.tools.benchconfig import BenchConfig
 
     tasks, spe = args.tasks, args.steps_per_epoch
     if profile is None:  # a sweep: its own budget per size (see sweep.py)
@@ -105,7 +106,7 @@ def _config(args, workers: int, profile):
 def _bench(cfg, costs, learn: bool) -> int:
     """One simulated bench: the bench's rows, table, JSON and PNG."""
     from tf_hetero.sim.run import simulate_run
-    from tf_hetero.tools import bench
+    from tf_hetero.tools import report
 
     runs = []
     for spec in cfg.strategies:
@@ -114,23 +115,17 @@ def _bench(cfg, costs, learn: bool) -> int:
         print(f"[tf-hetero sim] {spec}: {runs[-1]['samples_per_sec']:.0f} samples/s "
               f"(simulated in {time.perf_counter() - t:.1f}s)", flush=True)
     # Without the statistical model the accuracy is NaN (shown as nan, never a divergence).
-    results = bench.summarize(runs, cfg.strategies, runs[0]["num_classes"])
+    results = report.summarize(runs, cfg.strategies, runs[0]["num_classes"])
     ideal = statistics.median(r["ideal_samples_per_sec"] for r in results)
     table = (f"Simulated (tf-hetero sim; cost model: {costs.source})\n\n"
-             + bench.format_table(results, cfg, ideal))
+             + report.format_table(results, cfg, ideal))
     print("\n" + table + "\n", flush=True)
     stem = (os.path.splitext(cfg.json_path)[0] if cfg.json_path
             else os.path.join(cfg.out_dir, "sim"))
-    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
-    with open(stem + ".json", "w") as f:
-        json.dump({"config": dataclasses.asdict(cfg), "ideal_samples_per_sec": ideal,
-                   "results": results, "runs": runs, "costs": costs.to_dict()}, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(table + "\n")
-    outputs = ".json, .md"
-    if learn:
-        bench.plot(results, cfg, stem + ".png")
-        outputs += " and .png"
+    report.write(stem, {"config": dataclasses.asdict(cfg), "ideal_samples_per_sec": ideal,
+                        "results": results, "runs": runs, "costs": costs.to_dict()}, table,
+                 (lambda path: report.plot_runs(results, cfg, path)) if learn else None)
+    outputs = ".json, .md and .png" if learn else ".json, .md"
     print(f"[tf-hetero sim] wrote {stem}{outputs}", flush=True)
     return 0
 
