@@ -3,7 +3,8 @@
 How a synchronous round works (TF glue; the round logic itself is in :mod:`tf_hetero.engine`;
 the life of a step is drawn in docs/ARCHITECTURE.md):
 
-1. While the round engine traces a training task, :func:`accumulating` replaces
+1. While the round engine traces a training task,
+   :func:`~tf_hetero.strategies.runtime.intercept.accumulating` replaces
    ``apply_gradients`` of every tf_keras optimizer class (new and legacy) with one that adds
    the task's gradients to :class:`Accumulators` instead of updating the variables. Nothing
    else the optimizer does runs in a task: no learning-rate step, no clipping, no weight decay,
@@ -26,7 +27,7 @@ the life of a step is drawn in docs/ARCHITECTURE.md):
 
 Lanes beyond the workers' take the copies made by task transfer (EPSP), so a losing copy
 never mixes with its worker's other gradients. A task learns its round and lane from its
-*task code* argument (:func:`task_code`). Accumulator memory is ``2 x lanes`` copies of the
+*task code* argument (:mod:`~tf_hetero.strategies.runtime.taskcode`). Accumulator memory is ``2 x lanes`` copies of the
 trainable variables on the PS tasks.
 
 Sparse gradients (``IndexedSlices``, e.g. ``keras.layers.Embedding``; docs/SPARSE.md):
@@ -72,163 +73,13 @@ Sparse gradients (``IndexedSlices``, e.g. ``keras.layers.Embedding``; docs/SPARS
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import tensorflow as tf
 
-from tf_hetero import tfcompat
 from tf_hetero.engine import OVERWRITE
-from tf_hetero.hooks import DEFERS_UPDATE
+from tf_hetero.strategies.runtime.taskcode import LANE_CODE, decode_code, decode_size
 
-__all__ = ["Accumulators", "accumulating", "task_code", "decode_code",
-           "decode_size", "SIZE_CODE",
-           "LANE_CODE", "NO_ROUND", "dense", "weigh", "unique_rows", "current_worker",
-           "patch_lock"]
-
-#: A task's code packs its round, its accumulator slot, its push flags (local accumulation,
-#: see :mod:`tf_hetero.strategies.runtime.local_push`), its size (granules of samples its
-#: step reads, sized strategies) and, optionally, the lane it writes:
-#: ``code = (((round * 2 + slot) * PUSH_CODE + push) * SIZE_CODE + size - 1) * LANE_CODE
-#: + lane + 1`` (``+ 0``: the lane of the worker that runs it). A negative code writes nothing
-#: (its round closed before it started).
-LANE_CODE = 1024
-PUSH_CODE = 8  # push flags (PUSH_OLD, PUSH_ALL) and the OVERWRITE write flag
-SIZE_CODE = 4096
-#: The code of a task whose round closed before it started: it writes nothing.
-NO_ROUND = -1
-
-
-def task_code(round_id: int, lane: int | None = None, push: int = 0,
-              slot: int | None = None, size: int = 1) -> int:
-    """The task code of a task of ``round_id`` (``-1``: writes nothing). ``slot`` is the
-    round's accumulator slot (its book alternates them; default ``round_id % 2``).
-
-    >>> task_code(3), task_code(3, lane=5), task_code(3, push=2), task_code(3, slot=0)
-    (234881024, 234881030, 243269632, 201326592)
-    >>> task_code(3, size=5) - task_code(3) == 4 * LANE_CODE
-    True
-    >>> task_code(-1)
-    -1
-    """
-    if round_id < 0:
-        return NO_ROUND
-    if not 1 <= size <= SIZE_CODE:
-        raise ValueError(f"task size {size}: need 1 to {SIZE_CODE} granules.")
-    slot = round_id % 2 if slot is None else slot
-    return ((((round_id * 2 + slot) * PUSH_CODE + push) * SIZE_CODE + size - 1) * LANE_CODE
-            + (0 if lane is None else lane + 1))
-
-
-def decode_code(code: tf.Tensor):
-    """In a task: ``(round, slot, push flags, lane)`` of an int64 task code (lane -1: the
-    running worker's own)."""
-    round_slot = tf.math.floordiv(code, LANE_CODE * SIZE_CODE * PUSH_CODE)
-    push = tf.math.floormod(tf.math.floordiv(code, LANE_CODE * SIZE_CODE), PUSH_CODE)
-    return (tf.math.floordiv(round_slot, 2), tf.math.floormod(round_slot, 2), push,
-            tf.math.floormod(code, LANE_CODE) - 1)
-
-
-def decode_size(code: tf.Tensor) -> tf.Tensor:
-    """In a task: the granules its step reads (int64; 1 for a task that writes nothing)."""
-    size = tf.math.floormod(tf.math.floordiv(code, LANE_CODE), SIZE_CODE) + 1
-    return tf.where(code >= 0, size, tf.constant(1, tf.int64))
-
-
-_state = threading.local()
-patch_lock = threading.RLock()
-
-
-@contextlib.contextmanager
-def accumulating(engine_accumulators_for, code: tf.Tensor):
-    """While tracing: ``optimizer.apply_gradients`` accumulates into the round's lanes.
-
-    Args:
-      engine_accumulators_for: ``fn(optimizer, variables) -> Accumulators``.
-      code: the int64 task-code tensor (:func:`task_code`) of the function being traced.
-
-    Yields a dict whose ``"calls"`` entry counts the intercepted ``apply_gradients`` calls
-    (0 means the traced function is not a training step) and ``"bytes"`` the size of the
-    gradients one call pushes.
-    """
-    record = {"calls": 0, "bytes": 0, "writes": []}
-
-    def apply_gradients(self, grads_and_vars, name=None, **kwargs):
-        grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
-        if not grads_and_vars:
-            return self.iterations
-        record["calls"] += 1
-        record["bytes"] += sum(v.shape.num_elements() * v.dtype.size for _, v in grads_and_vars)
-        # Legacy optimizers create `iterations` on first use: do it outside control deps.
-        iterations = self.iterations
-        acc = engine_accumulators_for(self, [v for _, v in grads_and_vars])
-        with tf.control_dependencies([acc.accumulate(grads_and_vars, code)]):
-            return tf.identity(iterations)  # no increment: iterations counts rounds
-
-    setattr(apply_gradients, DEFERS_UPDATE, True)  # its round applies: no emulated wait
-    with patch_lock:
-        classes = tfcompat.keras.optimizer_classes()
-        originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
-        try:
-            for cls in classes:
-                cls.apply_gradients = apply_gradients
-            with _watching_writes(record["writes"]):
-                yield record
-        finally:
-            for cls, fn in originals.items():
-                cls.apply_gradients = fn
-
-
-#: Variable methods that write a variable (a step must leave trainable ones to the optimizer).
-_WRITE_METHODS = ("assign", "assign_add", "assign_sub", "scatter_add", "scatter_sub",
-                  "scatter_update", "scatter_max", "scatter_min", "scatter_mul", "scatter_div",
-                  "scatter_nd_add", "scatter_nd_sub", "scatter_nd_update",
-                  "batch_scatter_update")
-
-
-@contextlib.contextmanager
-def _watching_writes(writes: list):
-    """While tracing (caller holds :data:`patch_lock`): each write of a *trainable* variable
-    in a graph being built, and each ``tf.compat.v1`` optimizer update, is appended to
-    ``writes``. (Not "in this thread": ``strategy.run`` traces the replica function in a
-    thread of its own. tf-hetero's own traces all hold the lock, so another trace of ours
-    cannot interleave; eager writes elsewhere are not traces and are ignored.)
-
-    Under a round strategy such a write would run at once on the PS, asynchronously, as under
-    stock PSS, while the strategy claims rounds: the step tracer refuses the step instead
-    (``StepTracer._refuse_direct_writes``). Metric and batch-norm statistics are not
-    trainable and pass."""
-    # ResourceVariable overrides some writes of its base (PSS's CachingVariable delegates
-    # to a ResourceVariable): patch each class that defines one.
-    originals = {(cls, name): cls.__dict__[name]
-                 for cls in tfcompat.ops.resource_variable_classes()
-                 for name in _WRITE_METHODS if name in cls.__dict__}
-    v1_optimizer = tfcompat.ops.v1_optimizer_class()
-
-    def watched(name, original):
-        def write(self, *args, **kwargs):
-            # Float only: Keras' step counters are int64 tf.Variables, trainable by default.
-            if self.trainable and self.dtype.is_floating and not tf.executing_eagerly():
-                writes.append(f"{self.name} ({name})")
-            return original(self, *args, **kwargs)
-        return write
-
-    v1_apply = v1_optimizer.__dict__["apply_gradients"]
-
-    def v1_apply_gradients(self, grads_and_vars, *args, **kwargs):
-        if not tf.executing_eagerly():
-            writes.append(f"{type(self).__name__}.apply_gradients (a tf.compat.v1 optimizer)")
-        return v1_apply(self, grads_and_vars, *args, **kwargs)
-
-    try:
-        for (cls, name), original in originals.items():
-            setattr(cls, name, watched(name, original))
-        v1_optimizer.apply_gradients = v1_apply_gradients
-        yield
-    finally:
-        for (cls, name), original in originals.items():
-            setattr(cls, name, original)
-        v1_optimizer.apply_gradients = v1_apply
-
+__all__ = ["Accumulators", "dense", "weigh", "unique_rows", "current_worker"]
 
 def current_worker() -> tf.Tensor:
     """The index of the worker running the current function (int64)."""
@@ -335,7 +186,7 @@ class Accumulators:
     def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
         """In a task: add this micro-batch's gradients to its lane of its round's slot.
 
-        ``code`` is :func:`task_code` (round and lane); a negative code marks a task whose
+        ``code`` is a task code (:mod:`~tf_hetero.strategies.runtime.taskcode`: round and lane); a negative code marks a task whose
         round closed before it started: it writes nothing. An ``IndexedSlices`` gradient is
         summed per row on the worker and only its rows cross to the PS (sparse mode).
         """

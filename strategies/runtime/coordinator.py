@@ -25,7 +25,8 @@ from tf_hetero import tfcompat
 from tf_hetero.engine import RoundEngine
 from tf_hetero.strategies.runtime import callbacks, fitplan, granules, watchdog, workers
 from tf_hetero.strategies.runtime.divergence import LossWatch
-from tf_hetero.strategies.runtime.accumulate import NO_ROUND, patch_lock
+from tf_hetero.strategies.runtime.intercept import patch_lock
+from tf_hetero.strategies.runtime.taskcode import NO_ROUND
 from tf_hetero.strategies.runtime.applier import ChiefApplier
 from tf_hetero.strategies.runtime.closures import ClosureCache
 from tf_hetero.strategies.runtime.dispatcher import ClosureDispatcher

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_hetero import tfcompat
-from tf_hetero.strategies.runtime.accumulate import NO_ROUND
+from tf_hetero.strategies.runtime.taskcode import NO_ROUND
 from tf_hetero.strategies.runtime.errors import translate
 from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag, tag_of
 

@@ -37,8 +37,8 @@ import tensorflow as tf
 from tf_hetero import hooks
 from tf_hetero.engine import PUSH_ALL, PUSH_OLD
 from tf_hetero.strategies.runtime import quantize
-from tf_hetero.strategies.runtime.accumulate import (current_worker, decode_code, decode_size,
-                                                     dense, weigh)
+from tf_hetero.strategies.runtime.accumulate import current_worker, dense, weigh
+from tf_hetero.strategies.runtime.taskcode import decode_code, decode_size
 
 __all__ = ["LocalBuffers"]
 

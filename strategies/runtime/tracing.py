@@ -1,7 +1,7 @@
 """Step inspection: how the coordinator runs each function it is asked to schedule.
 
 Each scheduled function is traced once more by tf-hetero (never run) with ``apply_gradients``
-intercepted (:func:`~tf_hetero.strategies.runtime.accumulate.accumulating`): a function that
+intercepted (:func:`~tf_hetero.strategies.runtime.intercept.accumulating`): a function that
 calls a tf_keras optimizer's ``apply_gradients`` is a training step and goes to the engine;
 anything else (evaluation, user functions) runs as stock TF would. In rounds mode the step is
 re-traced as an *accumulating* variant that takes a task code (round, slot, lane, push flags)
@@ -17,8 +17,9 @@ import tensorflow as tf
 
 from tf_hetero import tfcompat
 from tf_hetero.engine import EngineError
-from tf_hetero.strategies.runtime.accumulate import (NO_ROUND, Accumulators, accumulating,
-                                                     decode_size)
+from tf_hetero.strategies.runtime.accumulate import Accumulators
+from tf_hetero.strategies.runtime.intercept import accumulating
+from tf_hetero.strategies.runtime.taskcode import NO_ROUND, decode_size
 from tf_hetero.strategies.runtime.granules import GranuleIterator, is_iterator
 from tf_hetero.strategies.runtime.local_push import LocalBuffers
 

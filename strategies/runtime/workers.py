@@ -15,7 +15,7 @@ import time
 
 from tf_hetero import tfcompat
 from tf_hetero.engine import OVERWRITE
-from tf_hetero.strategies.runtime.accumulate import NO_ROUND, task_code
+from tf_hetero.strategies.runtime.taskcode import NO_ROUND, task_code
 from tf_hetero.strategies.runtime.dispatcher import hand_on
 from tf_hetero.strategies.runtime.errors import translate
 from tf_hetero.strategies.runtime.tags import ClosureKind, tag_of

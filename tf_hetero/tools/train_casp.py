@@ -122,7 +122,6 @@ def _traffic_to_target(result, param_bytes_per_task):
 
 def _run(name, n, spec, seed, rounds, costs, weights, sized=False):
     from tf_hetero.emulation.profile import Profile
-    from tf_hetero.policies import FixedGroups
     from tf_hetero.policies.community import CommunityGroups, communities, shipped_weights
     from tf_hetero.sim.casp_env import bench_config, casp_simulation
     from tf_hetero.sim.run import Simulation

@@ -1,0 +1,115 @@
+"""The trace-time switch that makes a training step fill the round's accumulators: while a
+step is traced under :func:`accumulating`, ``apply_gradients`` of every tf_keras optimizer
+class adds the step's gradients to the round's accumulators instead of updating the variables
+(:mod:`~tf_hetero.strategies.runtime.accumulate`, step 1 of its docstring), and a direct write
+of a trainable variable (which would bypass the round) is recorded so that the tracer can
+refuse the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import tensorflow as tf
+
+from tf_hetero import tfcompat
+from tf_hetero.hooks import DEFERS_UPDATE
+
+__all__ = ["accumulating", "patch_lock"]
+
+#: Held while tf-hetero patches classes for a trace (one patched trace at a time; also held
+#: around ``strategy.extended``'s scheduling flag, ``runtime/coordinator.py``).
+patch_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def accumulating(engine_accumulators_for, code: tf.Tensor):
+    """While tracing: ``optimizer.apply_gradients`` accumulates into the round's lanes.
+
+    Args:
+      engine_accumulators_for: ``fn(optimizer, variables) -> Accumulators``.
+      code: the int64 task-code tensor (:func:`~tf_hetero.strategies.runtime.taskcode.task_code`) of the function being traced.
+
+    Yields a dict whose ``"calls"`` entry counts the intercepted ``apply_gradients`` calls
+    (0 means the traced function is not a training step) and ``"bytes"`` the size of the
+    gradients one call pushes.
+    """
+    record = {"calls": 0, "bytes": 0, "writes": []}
+
+    def apply_gradients(self, grads_and_vars, name=None, **kwargs):
+        grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not grads_and_vars:
+            return self.iterations
+        record["calls"] += 1
+        record["bytes"] += sum(v.shape.num_elements() * v.dtype.size for _, v in grads_and_vars)
+        # Legacy optimizers create `iterations` on first use: do it outside control deps.
+        iterations = self.iterations
+        acc = engine_accumulators_for(self, [v for _, v in grads_and_vars])
+        with tf.control_dependencies([acc.accumulate(grads_and_vars, code)]):
+            return tf.identity(iterations)  # no increment: iterations counts rounds
+
+    setattr(apply_gradients, DEFERS_UPDATE, True)  # its round applies: no emulated wait
+    with patch_lock:
+        classes = tfcompat.keras.optimizer_classes()
+        originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
+        try:
+            for cls in classes:
+                cls.apply_gradients = apply_gradients
+            with _watching_writes(record["writes"]):
+                yield record
+        finally:
+            for cls, fn in originals.items():
+                cls.apply_gradients = fn
+
+
+#: Variable methods that write a variable (a step must leave trainable ones to the optimizer).
+_WRITE_METHODS = ("assign", "assign_add", "assign_sub", "scatter_add", "scatter_sub",
+                  "scatter_update", "scatter_max", "scatter_min", "scatter_mul", "scatter_div",
+                  "scatter_nd_add", "scatter_nd_sub", "scatter_nd_update",
+                  "batch_scatter_update")
+
+
+@contextlib.contextmanager
+def _watching_writes(writes: list):
+    """While tracing (caller holds :data:`patch_lock`): each write of a *trainable* variable
+    in a graph being built, and each ``tf.compat.v1`` optimizer update, is appended to
+    ``writes``. (Not "in this thread": ``strategy.run`` traces the replica function in a
+    thread of its own. tf-hetero's own traces all hold the lock, so another trace of ours
+    cannot interleave; eager writes elsewhere are not traces and are ignored.)
+
+    Under a round strategy such a write would run at once on the PS, asynchronously, as under
+    stock PSS, while the strategy claims rounds: the step tracer refuses the step instead
+    (``StepTracer._refuse_direct_writes``). Metric and batch-norm statistics are not
+    trainable and pass."""
+    # ResourceVariable overrides some writes of its base (PSS's CachingVariable delegates
+    # to a ResourceVariable): patch each class that defines one.
+    originals = {(cls, name): cls.__dict__[name]
+                 for cls in tfcompat.ops.resource_variable_classes()
+                 for name in _WRITE_METHODS if name in cls.__dict__}
+    v1_optimizer = tfcompat.ops.v1_optimizer_class()
+
+    def watched(name, original):
+        def write(self, *args, **kwargs):
+            # Float only: Keras' step counters are int64 tf.Variables, trainable by default.
+            if self.trainable and self.dtype.is_floating and not tf.executing_eagerly():
+                writes.append(f"{self.name} ({name})")
+            return original(self, *args, **kwargs)
+        return write
+
+    v1_apply = v1_optimizer.__dict__["apply_gradients"]
+
+    def v1_apply_gradients(self, grads_and_vars, *args, **kwargs):
+        if not tf.executing_eagerly():
+            writes.append(f"{type(self).__name__}.apply_gradients (a tf.compat.v1 optimizer)")
+        return v1_apply(self, grads_and_vars, *args, **kwargs)
+
+    try:
+        for (cls, name), original in originals.items():
+            setattr(cls, name, watched(name, original))
+        v1_optimizer.apply_gradients = v1_apply_gradients
+        yield
+    finally:
+        for (cls, name), original in originals.items():
+            setattr(cls, name, original)
+        v1_optimizer.apply_gradients = v1_apply
