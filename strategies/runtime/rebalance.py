@@ -352,7 +352,7 @@ class Rebalancer:
         after the first window, on the controller's rates) or with ``probe=False``. Returns
         whether anything moved."""
         servers = self.monitor.ps_servers
-        if not self.controller.probe or servers is None:
+        if not self.controller.config.probe or servers is None:
             return False
         probed = servers.probe()
         moves = self.controller.initial(
@@ -369,7 +369,7 @@ class Rebalancer:
 
     def _say_gap(self, units: dict) -> None:
         """Says, once, when decision 0 leaves the PS load uneven because the units are too
-        coarse (``RebalanceController.gap`` above :data:`GAP_TO_SAY`), and the fix."""
+        coarse (``ps_load.gap`` above :data:`GAP_TO_SAY`), and the fix."""
         decision = self.controller.initial_decision or {}
         gap, largest = decision.get("gap"), decision.get("largest")
         if gap is None or gap <= GAP_TO_SAY:
