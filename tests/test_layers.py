@@ -60,7 +60,6 @@ KNOWN: set[str] = {
     "tf_hetero.engine.core:", "tf_hetero.engine.transfer:",            # books out of the core
     "tf_hetero.sim.run:", "tf_hetero.sim.casp_env:",                    # lr rule, A3C trainer
     "tf_hetero.tools.bench:", "tf_hetero.tools.demo:",                  # bench split
-    "tf_hetero.strategies.runtime.rebalance:",                          # rebalancing split
     "tf_hetero.strategies.runtime.accumulate:", "tf_hetero.strategies.runtime.local_push:",
     "tf_hetero.telemetry.tasklog:", "tf_hetero.emulation.device <-> tf_hetero.emulation.ps",
     "tf_hetero.strategies.runtime.", "tf_hetero.strategies.base:", "tf_hetero.callbacks:",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import doctest
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -95,8 +94,7 @@ class _Coordinator:
         self.strategy = SimpleNamespace(extended=SimpleNamespace(_num_ps=2, placement=None))
         self.tracer = SimpleNamespace(accumulators=[], entries={"step": "traced"},
                                       entry=lambda fn, args, kwargs: "retraced")
-        self.dispatcher = SimpleNamespace(_apply_fns={}, _drain_fns={},
-                                          _apply_lock=threading.Lock())
+        self.dispatcher = SimpleNamespace(forget_functions=lambda: ({}, {}))
         self.closures = SimpleNamespace(clear=lambda: None)  # copies of closures (none here)
 
 

@@ -11,13 +11,15 @@ Modules, by what they reach:
 
 - :mod:`~tf_hetero.tfcompat.strategy` -- ``ParameterServerStrategyV2Extended``: the cluster's
   size, the scheduling flag, variable creation counters, function retracing.
+- :mod:`~tf_hetero.tfcompat.variables` -- a PS variable's wrapper and inner variable, optimizer
+  slots, checkpoint dependencies: what moving a variable to another PS task reaches.
 """
 
 import importlib
 
 #: Submodules, imported on first use (``tfcompat.keras`` imports tf_keras: a module that only
 #: needs ``tfcompat.strategy`` does not pay for it).
-_MODULES = ("strategy",)
+_MODULES = ("strategy", "variables")
 __all__ = list(_MODULES)
 
 
