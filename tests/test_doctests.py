@@ -20,6 +20,7 @@ PURE = [
     "tf_hetero.policies.gate", "tf_hetero.policies.late", "tf_hetero.policies.transfer",
     "tf_hetero.policies.estimate", "tf_hetero.policies.group", "tf_hetero.policies.scale",
     "tf_hetero.policies.diverge", "tf_hetero.policies.rebalance",
+    "tf_hetero.policies.rebalance_config", "tf_hetero.policies.ps_rates", "tf_hetero.policies.ps_load",
     "tf_hetero.telemetry.records", "tf_hetero.telemetry.monitor", "tf_hetero.telemetry.perf",
     "tf_hetero.telemetry.tasklog", "tf_hetero.telemetry.psload", "tf_hetero.telemetry.cpu",
     "tf_hetero.policies.placement",

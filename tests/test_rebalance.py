@@ -5,18 +5,21 @@ from __future__ import annotations
 import doctest
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from tf_hetero.policies import rebalance
-from tf_hetero.policies.rebalance import Move, RebalanceController
+from tf_hetero.policies.rebalance import Move, RebalanceConfig, RebalanceController
+
+
+def _controller(**options) -> RebalanceController:
+    return RebalanceController(RebalanceConfig(**options))
 
 
 def test_doctests():
-    import tf_hetero.policies.placement
+    from tf_hetero.policies import placement, ps_load, ps_rates, rebalance_config
 
-    for module in (rebalance, tf_hetero.policies.placement):
+    for module in (rebalance, rebalance_config, ps_rates, ps_load, placement):
         failed, _ = doctest.testmod(module)
         assert failed == 0, module.__name__
 
@@ -33,7 +36,7 @@ def _units():
 
 
 def test_a_faster_move_is_kept_a_slower_one_undone_and_not_retried():
-    c = RebalanceController(window=4, explore=0.0, skip_first=0, retry_after=2)
+    c = _controller(window=4, explore=0.0, skip_first=0, retry_after=2)
     c.bind(2)
     units = _units()
     assert c.decide(units, [1.0] * 4) == [Move("mid", 0, 1)]
@@ -52,11 +55,11 @@ def test_a_faster_move_is_kept_a_slower_one_undone_and_not_retried():
 
 
 def test_an_even_placement_stays_put_and_exploration_is_seeded():
-    c = RebalanceController(window=2, explore=0.0)
+    c = _controller(window=2, explore=0.0)
     c.bind(2)
     assert c.decide({"a": (0, 100), "b": (1, 100)}, [0.5, 0.5]) == []
-    a = RebalanceController(explore=1.0, seed=3)
-    b = RebalanceController(explore=1.0, seed=3)
+    a = _controller(explore=1.0, seed=3)
+    b = _controller(explore=1.0, seed=3)
     a.bind(3)
     b.bind(3)
     units = {"a": (0, 100), "b": (1, 100), "c": (2, 100)}
@@ -64,7 +67,7 @@ def test_an_even_placement_stays_put_and_exploration_is_seeded():
 
 
 def test_measured_rates_send_load_off_the_slow_ps():
-    c = RebalanceController(window=2, explore=0.0)
+    c = _controller(window=2, explore=0.0)
     c.bind(2)
     units = {"a": (0, 100), "b": (1, 100), "c": (1, 100)}
     # Equal bytes served, PS 1 busy 3x longer: it is 3x slower, so it should hold less.
@@ -76,7 +79,7 @@ def test_bad_options_are_refused_with_the_fix():
     import pytest
 
     with pytest.raises(ValueError, match="window"):
-        RebalanceController(window=0)
+        RebalanceConfig(window=0)
     with pytest.raises(ValueError, match="Fix: use True, False"):
         rebalance.make(3)
 
@@ -91,8 +94,7 @@ class _Coordinator:
         self.strategy = SimpleNamespace(extended=SimpleNamespace(_num_ps=2, placement=None))
         self.tracer = SimpleNamespace(accumulators=[], entries={"step": "traced"},
                                       entry=lambda fn, args, kwargs: "retraced")
-        self.dispatcher = SimpleNamespace(_apply_fns={}, _drain_fns={},
-                                          _apply_lock=threading.Lock())
+        self.dispatcher = SimpleNamespace(forget_functions=lambda: ({}, {}))
         self.closures = SimpleNamespace(clear=lambda: None)  # copies of closures (none here)
 
 
@@ -143,7 +145,8 @@ def test_a_boundary_waits_for_the_rounds_in_flight_and_never_forces_a_partial_ro
             seen.append(list(round_times))
             return [Move("x", 0, 1)]
 
-    rebalancer = Rebalancer(_Coordinator(engine, monitor), Recording(window=1, skip_first=0))
+    rebalancer = Rebalancer(_Coordinator(engine, monitor),
+                            Recording(RebalanceConfig(window=1, skip_first=0)))
     rebalancer.move = lambda variable, dst, optimizers=(): None  # no variable here: the move itself is TF's
     rebalancer.units = lambda: {"x": (0, 8, None)}
     # One task pending of a round of two: not a boundary, and no partial round is forced.
@@ -169,7 +172,7 @@ def test_the_first_two_decisions_come_after_first_window_rounds_then_every_windo
     from tf_hetero.strategies.runtime.rebalance import Rebalancer
 
     engine, _, monitor = _bsp_engine(workers=2)
-    controller = RebalanceController(window=3, first_window=first_window, skip_first=0)
+    controller = _controller(window=3, first_window=first_window, skip_first=0)
     rebalancer = Rebalancer(_Coordinator(engine, monitor), controller)
     rebalancer.at_boundary = lambda timeout=0: True  # every task is a boundary here
     decided = []
@@ -192,10 +195,10 @@ def test_greedy_moves_go_together_and_are_undone_together():
     decision with max_moves=1. A slower window undoes the whole batch, last move first, and
     makes every one of its moves tabu."""
     units = {"k0": (1, 64000), "k1": (1, 64000), "b": (0, 800)}
-    one = RebalanceController(window=2, explore=0.0, rates=(1.0, 1 / 3), max_moves=1)
+    one = _controller(window=2, explore=0.0, rates=(1.0, 1 / 3), max_moves=1)
     one.bind(2)
     assert one.decide(units, [0.5, 0.5]) == [Move("k0", 1, 0)]
-    c = RebalanceController(window=2, explore=0.0, rates=(1.0, 1 / 3), retry_after=5)
+    c = _controller(window=2, explore=0.0, rates=(1.0, 1 / 3), retry_after=5)
     c.bind(2)
     batch = c.decide(units, [0.5, 0.5])
     assert [m.unit for m in batch[:2]] == ["k0", "k1"] and all(m.dst == 0 for m in batch[:2])
@@ -207,14 +210,14 @@ def test_greedy_moves_go_together_and_are_undone_together():
     assert all((m.unit, m.dst) not in {(b.unit, b.dst) for b in batch}
                for m in undo[len(batch):])
     with pytest.raises(ValueError, match="max_moves=0"):
-        RebalanceController(max_moves=0)
+        RebalanceConfig(max_moves=0)
 
 
 def test_scaling_moves_everything_off_leaving_ps_and_proposes_only_active_ones():
     """scale(): units on a PS leaving the set go (largest first, to the least loaded active
     PS); while a PS stands by nothing is proposed onto it; scaling out moves load onto the
     new PS at once; a trial in progress is dropped and the next window measures afresh."""
-    c = RebalanceController(window=2, explore=1.0, rates=(1.0, 1.0, 1.0))  # always explore
+    c = _controller(window=2, explore=1.0, rates=(1.0, 1.0, 1.0))  # always explore
     c.bind(3)
     units = {"k0": (0, 6000), "k1": (1, 6000), "k2": (2, 3000), "b": (1, 100)}
     moves = c.scale(units, [0])
@@ -240,7 +243,7 @@ def test_rates_fitted_with_a_per_request_cost_send_the_second_kernel_off_the_slo
                 "busy_s": [64 * 0.009 + b0 * 0.25e-6, 64 * 0.009 + b1 * 0.75e-6]}
 
     def second_decision(with_requests):
-        c = RebalanceController(window=2, explore=0.0)
+        c = _controller(window=2, explore=0.0)
         c.bind(2)
         units = {"k0": (1, 64000), "k1": (1, 64000), "out": (1, 10000), "b": (0, 800)}
         w1, w2 = window(50_000, 4_300_000), window(2_150_000, 2_200_000)
@@ -265,7 +268,7 @@ def test_rates_fitted_with_a_per_request_cost_send_the_second_kernel_off_the_slo
 
 
 def _gated(payback_rounds, explore=0.0):
-    c = RebalanceController(window=3, explore=explore, payback_rounds=payback_rounds, seed=1)
+    c = _controller(window=3, explore=explore, payback_rounds=payback_rounds, seed=1)
     c.bind(2)
     return c
 
@@ -302,7 +305,7 @@ def test_explorations_spend_at_most_their_budget_of_the_training_time():
     """explore=1.0 would explore at every decision; with a measured pause of 1 s and a 5%
     budget, each exploration (its move and the likely undo: 2 s) waits for 40 s of rounds."""
     units = {"a": (0, 100), "b": (1, 100)}
-    c = RebalanceController(window=5, explore=1.0, seed=0)
+    c = _controller(window=5, explore=1.0, seed=0)
     c.bind(2)
     explored_at, elapsed, moved = [], 0.0, True  # the fit's first round pays one too
     for _ in range(60):
@@ -318,7 +321,7 @@ def test_explorations_spend_at_most_their_budget_of_the_training_time():
     # Each exploration is charged 2 s, 5% of the time: none before 40 s, at most 5% overall.
     assert explored_at and explored_at[0] >= 40
     assert len(explored_at) * 2.0 <= 0.05 * elapsed
-    unlimited = RebalanceController(window=5, explore=1.0, seed=0, explore_budget=1.0)
+    unlimited = _controller(window=5, explore=1.0, seed=0, explore_budget=1.0)
     unlimited.bind(2)
     assert unlimited.decide({"a": (0, 100), "b": (1, 100)}, [2.0] + [1.0] * 4)  # at once
 
@@ -328,16 +331,16 @@ def test_a_greedy_trial_is_undone_only_if_slower_an_exploration_must_gain():
     predicted to pay back its pause, and undoing it is another pause; the same window after
     an exploration undoes it."""
     units = {"big": (0, 600), "mid": (0, 300), "small": (1, 100)}
-    greedy = RebalanceController(window=2, explore=0.0, skip_first=0)
+    greedy = _controller(window=2, explore=0.0, skip_first=0)
     greedy.bind(2)
     (move,) = greedy.decide(units, [1.0, 1.0])
     units["mid"] = (1, 300)
     assert greedy.decide(units, [0.97, 0.97]) == [] and greedy.kept == 1
-    slower = RebalanceController(window=2, explore=0.0, skip_first=0)
+    slower = _controller(window=2, explore=0.0, skip_first=0)
     slower.bind(2)
     slower.decide(dict(units, mid=(0, 300)), [1.0, 1.0])
     assert slower.decide(units, [1.01, 1.01])[0] == move.reverse() and slower.undone == 1
-    explorer = RebalanceController(window=2, explore=1.0, skip_first=0, seed=0)
+    explorer = _controller(window=2, explore=1.0, skip_first=0, seed=0)
     explorer.bind(2)
     even = {"a": (0, 100), "b": (1, 100)}
     (tried,) = explorer.decide(even, [1.0, 1.0])
@@ -355,7 +358,7 @@ def test_decision_0_moves_on_the_probed_rates_which_later_decisions_keep_using()
     and, with one window that cannot separate per-request from per-byte cost, the next
     proposal is made on the probed rates: none. Without them (equal rates) the controller
     would send a kernel back to the slow PS to even the bytes."""
-    c = RebalanceController(window=2, explore=0.0)
+    c = _controller(window=2, explore=0.0)
     c.bind(2)
     units = {"k0": (1, 64000), "k1": (1, 64000), "b": (0, 800)}
     moves = c.initial(units, _PROBED, steps_per_round=4, pause_s=0.5)
@@ -368,7 +371,7 @@ def test_decision_0_moves_on_the_probed_rates_which_later_decisions_keep_using()
     assert c.decide(units, [0.2, 0.2], **window) == []
     assert (c.history[-1]["decision"], c.undone, c.summary()["rebalance_initial_moves"]) == (
         "measure", 0, 3)
-    equal = RebalanceController(window=2, explore=0.0)
+    equal = _controller(window=2, explore=0.0)
     equal.bind(2)
     assert equal.decide(units, [0.2, 0.2], **window) != []  # equal rates: evens the bytes
 
@@ -396,7 +399,7 @@ def test_decision_0_is_withheld_when_its_saving_does_not_pay_the_retrace():
     units = {"k": (0, 64000), "b0": (0, 800), "b1": (1, 800)}
     assert c.initial(units, _PROBED, 4, pause_s=0.5) == []
     assert c.initial_decision["withheld"] and c.initial_decision["saving_s"] < 0.01
-    unchecked = RebalanceController(payback_rounds=None)
+    unchecked = _controller(payback_rounds=None)
     unchecked.bind(2)
     assert unchecked.initial(units, _PROBED, 4, pause_s=0.5) == [Move("b0", 0, 1)]
     units = {"k": (1, 64000), "b0": (0, 800), "b1": (1, 800)}
@@ -404,7 +407,7 @@ def test_decision_0_is_withheld_when_its_saving_does_not_pay_the_retrace():
 
 
 def test_an_unusable_probe_moves_nothing_and_keeps_the_rates():
-    c = RebalanceController(rates=(1.0, 0.5))
+    c = _controller(rates=(1.0, 0.5))
     c.bind(2)
     units = {"k0": (1, 64000), "b": (0, 800)}
     for probed in ([None, (0.75e-6, 1e-3)], [(0.0, 1e-3), (0.75e-6, 1e-3)], [_PROBED[0]]):
@@ -416,7 +419,7 @@ def test_quiet_decisions_grow_the_window_and_a_move_resets_it():
     """Every decision waits for the rounds in flight; where nothing moves they come at half
     the pace each time, up to max_window. A move brings the window back, so its trial is
     judged after ``window`` rounds; ``max_window=None`` keeps every window the same."""
-    c = RebalanceController(window=4, explore=0.0, max_window=16)
+    c = _controller(window=4, explore=0.0, max_window=16)
     c.bind(2)
     even = {"a": (0, 100), "b": (1, 100)}
     windows = []
@@ -426,9 +429,9 @@ def test_quiet_decisions_grow_the_window_and_a_move_resets_it():
     assert windows == [4, 16, 16, 16, 16]
     moves = c.decide({"a": (0, 300), "b": (0, 100), "c": (1, 100)}, [0.2] * 4)
     assert moves and c.next_window() == 4
-    fixed = RebalanceController(window=4, explore=0.0, max_window=None)
+    fixed = _controller(window=4, explore=0.0, max_window=None)
     fixed.bind(2)
     for _ in range(5):
         fixed.decide(even, [0.2] * 4)
         assert fixed.next_window() == 4
-    assert RebalanceController(window=1000).max_window == 1000  # the cap is never below
+    assert RebalanceConfig(window=1000).window_cap == 1000  # the cap is never below

@@ -44,14 +44,14 @@ class _Scripted:
 
     @staticmethod
     def make(means, **kw):
-        from tf_hetero.policies.rebalance import RebalanceController
+        from tf_hetero.policies.rebalance import RebalanceConfig, RebalanceController
 
         class Scripted(RebalanceController):
             def window_mean(self, round_times):
                 assert round_times, "a decision without measured rounds"
                 return means.pop(0)
 
-        return Scripted(explore=0.0, skip_first=0, **kw)
+        return Scripted(RebalanceConfig(explore=0.0, skip_first=0, **kw))
 
 
 def _assert_same_state(got, want):
@@ -101,9 +101,9 @@ def test_a_move_in_the_middle_of_fit_loses_nothing(cluster, optimizer):
     (round-robin); the fit equals large-batch SGD, slots included, and the kernel, its slots
     and its accumulator all live on the new PS."""
     from tf_hetero.policies.placement import ps_index
-    from tf_hetero.policies.rebalance import RebalanceController
+    from tf_hetero.policies.rebalance import RebalanceConfig, RebalanceController
 
-    controller = RebalanceController(window=2, explore=0.0, skip_first=0)
+    controller = RebalanceController(RebalanceConfig(window=2, explore=0.0, skip_first=0))
     strategy, model, before = _fit_and_compare(cluster, controller, rounds=4,
                                                optimizer=optimizer)
     moves = strategy.rebalancer.moves
@@ -161,7 +161,8 @@ def test_a_shard_moves_alone_and_the_fit_loses_nothing(cluster):
 
     import tf_hetero
     from tf_hetero.policies.placement import ps_index
-    from tf_hetero.policies.rebalance import Move, RebalanceController
+    from tf_hetero import tfcompat
+    from tf_hetero.policies.rebalance import Move, RebalanceConfig, RebalanceController
 
     class MoveOneShard(RebalanceController):
         """Moves the first kernel's first shard to the other PS at its first decision."""
@@ -177,7 +178,8 @@ def test_a_shard_moves_alone_and_the_fit_loses_nothing(cluster):
     x, y = _data(rounds)
     partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(2)
     strategy = tf_hetero.BSPStrategy(cluster.resolver, partitioner, rebalance=MoveOneShard(
-        window=2, explore=0.0, skip_first=0))
+        RebalanceConfig(window=2, explore=0.0, skip_first=0)))
+    assert tfcompat.variables.partitioner(strategy) is partitioner
     with strategy.scope():
         model = _small_model()
         model.compile(_optimizers()["sgd_momentum"](), _loss())
@@ -226,9 +228,9 @@ def test_functions_traced_before_a_move_read_the_moved_variable(cluster):
     import tf_keras as keras
 
     import tf_hetero
-    from tf_hetero.policies.rebalance import RebalanceController
+    from tf_hetero.policies.rebalance import RebalanceConfig, RebalanceController
 
-    controller = RebalanceController(window=2, explore=0.0, skip_first=0)
+    controller = RebalanceController(RebalanceConfig(window=2, explore=0.0, skip_first=0))
     strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=controller)
     model = _compiled(strategy)
     rng = np.random.default_rng(1)
@@ -273,7 +275,7 @@ def test_rebalance_is_an_option_of_round_strategies_only(cluster):
     import tf_hetero
 
     strategy = tf_hetero.BSPStrategy(cluster.resolver, placement="balanced", rebalance=True)
-    assert strategy.rebalancer is not None and strategy.rebalancer.controller.window == 8
+    assert strategy.rebalancer is not None and strategy.rebalancer.controller.config.window == 8
     assert tf_hetero.BSPStrategy(cluster.resolver).rebalancer is None
     with pytest.raises(ValueError, match=r"live rebalancing moves variables at round "
                                          r"boundaries.*Fix: use a round strategy"):
@@ -315,7 +317,7 @@ def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_roun
     (``probe=False``) nothing moves."""
     import tf_hetero
     from tf_hetero.policies.placement import ps_index
-    from tf_hetero.policies.rebalance import RebalanceController
+    from tf_hetero.policies.rebalance import RebalanceConfig, RebalanceController
 
     seen = []
 
@@ -324,7 +326,7 @@ def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_roun
             seen.append((list(probed), steps_per_round, pause_s))
             heavy = max(range(2), key=lambda p: sum(l for q, l in units.values() if q == p))
             fixed = [(0.75e-6 if p == heavy else 0.25e-6, 0.0) for p in range(2)]
-            reference = RebalanceController(explore=0.0)  # the moves the fit must make
+            reference = RebalanceController(RebalanceConfig(explore=0.0))  # the fit's moves
             reference.bind(2)
             self.expected = reference.initial(units, fixed, steps_per_round)
             return super().initial(units, fixed, steps_per_round, pause_s=None)
@@ -332,7 +334,7 @@ def test_decision_0_probes_the_emulated_ps_tasks_and_moves_before_the_first_roun
     rounds = 4
     x, y = _data(rounds)
     for probe in (False, True):
-        controller = Fixed(window=1000, explore=0.0, probe=probe)
+        controller = Fixed(RebalanceConfig(window=1000, explore=0.0, probe=probe))
         strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=controller)
         if not built:
             monkeypatch.setattr(strategy.rebalancer, "before_trace", lambda: None)
@@ -389,11 +391,11 @@ def test_checkpoints_keep_the_placement_and_restore_across_a_move(cluster, tmp_p
     import tf_keras as keras
 
     import tf_hetero
-    from tf_hetero.policies.rebalance import RebalanceController
+    from tf_hetero.policies.rebalance import RebalanceConfig
 
     x, y = _data(5)
     blocks = [slice(k * N * B, (k + 1) * N * B) for k in range(5)]
-    first = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceController(
+    first = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceConfig(
         window=2, explore=0.0, skip_first=0))
     model = _compiled(first)
     start = _kernel_ps(model)
@@ -406,10 +408,10 @@ def test_checkpoints_keep_the_placement_and_restore_across_a_move(cluster, tmp_p
     moved = _kernel_ps(model)
     assert moved != start, "the fit made no move: nothing to test"
     # Stop further moves of the original strategy (the rest compares values).
-    first.set_rebalance(RebalanceController(window=1000))
+    first.set_rebalance(RebalanceConfig(window=1000))
 
     # After the move -> a fresh model: placement restored, and one more round is exact.
-    second = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceController(window=1000))
+    second = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceConfig(window=1000))
     fresh = _compiled(second)
     assert _kernel_ps(fresh) == start
     fresh.load_weights(path.format(epoch=2))
@@ -445,10 +447,10 @@ def test_scale_out_and_in_during_fit_moves_load_and_loses_nothing(cluster):
 
     import tf_hetero
     from tf_hetero.policies.placement import ps_index
-    from tf_hetero.policies.rebalance import RebalanceController
+    from tf_hetero.policies.rebalance import RebalanceConfig
 
     strategy = tf_hetero.BSPStrategy(cluster.resolver,
-                                     rebalance=RebalanceController(window=1000))
+                                     rebalance=RebalanceConfig(window=1000))
     strategy.scale_ps(1)
     model = _compiled(strategy)
     seen = []

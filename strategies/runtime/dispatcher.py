@@ -184,6 +184,17 @@ class ClosureDispatcher:
                 except Exception:  # pylint: disable=broad-except
                     return  # the round's close traces it again and reports the error
 
+    def forget_functions(self) -> tuple[dict, dict]:
+        """Drops the traced apply and drain functions (a rebalancing move changed the
+        placement they captured, so the next round traces them again); returns them,
+        ``(applies, drains)`` by accumulators, for the caller to keep referenced (a
+        tf.function garbage-collected during fit stalls on blocking RPCs, TF_INTERNALS.md)."""
+        with self._apply_lock:
+            applies, drains = dict(self._apply_fns), dict(self._drain_fns)
+            self._apply_fns.clear()
+            self._drain_fns.clear()
+        return applies, drains
+
 
 def _apply_args(weights: np.ndarray, expected: np.ndarray, scale: float) -> tuple:
     """The arguments of a round's apply function, as tensors (one signature, one trace)."""

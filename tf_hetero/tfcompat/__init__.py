@@ -9,15 +9,23 @@ the TF source it reads and to the test that fails when an upgrade breaks it.
 
 Modules, by what they reach:
 
+- :mod:`~tf_hetero.tfcompat.coordinator` -- ``ClusterCoordinator``: the closure queue, worker
+  threads, closures and remote values.
 - :mod:`~tf_hetero.tfcompat.strategy` -- ``ParameterServerStrategyV2Extended``: the cluster's
-  size, the scheduling flag, variable creation counters, function retracing.
+  size, variable creation counters, function retracing.
+- :mod:`~tf_hetero.tfcompat.keras` -- tf_keras: the data handler, the callback list, the
+  optimizer classes, the running ``fit``.
+- :mod:`~tf_hetero.tfcompat.ops` -- below distribution: the sleep dataset, variable classes,
+  device datasets, device scopes, a dataset's batch size, the eager context.
+- :mod:`~tf_hetero.tfcompat.variables` -- a PS variable's wrapper and inner variable, optimizer
+  slots, checkpoint dependencies: what moving a variable to another PS task reaches.
 """
 
 import importlib
 
 #: Submodules, imported on first use (``tfcompat.keras`` imports tf_keras: a module that only
 #: needs ``tfcompat.strategy`` does not pay for it).
-_MODULES = ("coordinator", "keras", "ops", "strategy")
+_MODULES = ("coordinator", "keras", "ops", "strategy", "variables")
 __all__ = list(_MODULES)
 
 
