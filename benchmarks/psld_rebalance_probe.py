@@ -1,7 +1,7 @@
 """Where a live-rebalancing decision's time goes (docs/decisions/0008-rebalancing-controller.md;
 its figures in benchmarks/results/2026-11-25-psld-first-runs/): one in-process BSP fit of 40
 rounds (4 workers, 2 PS, profile base_ms=30;ps_mbps=4;ps_slow=1:3, the MLP on digits),
-rebalance=RebalanceController(window=WINDOW). Prints each boundary wait (the tasks pending when
+rebalance=RebalanceConfig(window=WINDOW). Prints each boundary wait (the tasks pending when
 it started, the rounds applied inside it), the rates the controller estimated at each decision,
 every round's open/applied time, the moves, and when rounds 27 and 40 were applied.
 
@@ -14,7 +14,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tf_keras as keras  # noqa: E402
 
 import tf_hetero  # noqa: E402
-from tf_hetero.policies.rebalance import RebalanceController  # noqa: E402
+from tf_hetero.policies.ps_rates import RateEstimator  # noqa: E402
+from tf_hetero.policies.rebalance_config import RebalanceConfig  # noqa: E402
 from tf_hetero.strategies.runtime import rebalance as runtime  # noqa: E402
 
 WINDOW = int(sys.argv[1]) if len(sys.argv) > 1 else 8
@@ -38,7 +39,7 @@ def logged_at_boundary(self, timeout=600.0):
     return out
 
 
-measured_rates = RebalanceController._measured_rates  # pylint: disable=protected-access
+measured_rates = RateEstimator.measure
 
 
 def logged_rates(self, busy, served, requests=None):
@@ -48,8 +49,8 @@ def logged_rates(self, busy, served, requests=None):
 
 
 runtime.Rebalancer.at_boundary = logged_at_boundary
-RebalanceController._measured_rates = logged_rates  # pylint: disable=protected-access
-strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceController(window=WINDOW))
+RateEstimator.measure = logged_rates
+strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceConfig(window=WINDOW))
 with strategy.scope():
     model = tf_hetero.models.mlp(input_shape=train.input_shape)
     model.compile(keras.optimizers.SGD(0.08, momentum=0.9),

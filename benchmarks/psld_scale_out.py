@@ -42,7 +42,7 @@ def main():
 
     import tf_hetero
     from tf_hetero.policies.placement import ps_index
-    from tf_hetero.policies.rebalance import RebalanceController
+    from tf_hetero.policies.rebalance_config import RebalanceConfig
     from tf_hetero.telemetry.perf import round_breakdown
 
     train = tf_hetero.data.load("digits", "train")
@@ -54,7 +54,7 @@ def main():
     def build(kind):
         # A controller that never decides within the run: only the scaling moves anything.
         strategy = tf_hetero.BSPStrategy(cluster.resolver,
-                                         rebalance=RebalanceController(window=10**6))
+                                         rebalance=RebalanceConfig(window=10**6))
         if kind in ("scale", "1ps"):
             strategy.scale_ps(1)
         with strategy.scope():

@@ -88,7 +88,8 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
       placement: which PS task holds each variable: ``"round_robin"`` (TensorFlow's rule, the
         default), ``"balanced"`` (by bytes and PS service rate) or a
         :class:`tf_hetero.policies.placement.Placement`.
-      rebalance: live rebalancing during ``fit`` (round strategies): ``True``, or a
+      rebalance: live rebalancing during ``fit`` (round strategies): ``True``, a
+        :class:`tf_hetero.policies.rebalance_config.RebalanceConfig`, or a
         :class:`tf_hetero.policies.rebalance.RebalanceController`; at round boundaries
         variables move between PS tasks with their slots and accumulators, a move kept when
         rounds get faster and undone when not (docs/PSLD.md). Every subclass accepts it.

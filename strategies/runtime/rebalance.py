@@ -194,7 +194,7 @@ class Rebalancer:
         if gap is None or gap <= GAP_TO_SAY:
             return
         fix = ("a finer variable_partitioner"
-               if tfcompat.variables.partitioner(self.strategy) is not None else
+               if tfcompat.strategy.variable_partitioner(self.strategy) is not None else
                "a variable_partitioner (e.g. tf.distribute.experimental.partitioners."
                "MinSizePartitioner(min_shard_bytes=...))")
         print(f"[tf-hetero] rebalance: after decision 0 the busiest PS still serves {gap:.2f}x "

@@ -15,9 +15,7 @@ Sources (TensorFlow 2.21 / tf_keras 2.21, paths under site-packages):
 - ``tensorflow/python/trackable/base.py``: ``_lookup_dependency`` (~423),
   ``_track_trackable`` (~546);
 - ``tf_keras/src/engine/training.py``: ``Model._distribution_strategy`` (~302, set to
-  ``None`` by ``predict`` under PSS, ~2582);
-- ``tensorflow/python/distribute/parameter_server_strategy_v2.py``:
-  ``_variable_partitioner`` (~604).
+  ``None`` by ``predict`` under PSS, ~2582).
 
 The tests that fail when an upgrade breaks one are named in docs/TF_INTERNALS.md.
 """
@@ -26,7 +24,7 @@ from __future__ import annotations
 
 __all__ = ["is_ps_variable", "caching_variable", "inner_variable", "swap_inner",
            "resource_variable", "variable_strategy", "optimizer_slots", "tracked_child",
-           "track_child", "model_strategy", "partitioner"]
+           "track_child", "model_strategy"]
 
 
 def is_ps_variable(variable) -> bool:
@@ -123,9 +121,3 @@ def model_strategy(model):
     ``None``. Unlike the public ``distribute_strategy`` it does not fall back to the current
     strategy: ``predict`` under PSS sets it to ``None`` while it runs."""
     return getattr(model, "_distribution_strategy", None)
-
-
-def partitioner(strategy):
-    """The ``variable_partitioner`` a ``ParameterServerStrategy`` shards variables with, or
-    ``None``."""
-    return getattr(strategy.extended, "_variable_partitioner", None)
