@@ -1,16 +1,15 @@
-"""Shared helpers for the test suite.
+"""The suite's fixtures and its order (helpers that are not fixtures: tests/support/).
 
 Cluster tests start real TensorFlow servers: separate OS processes through the real launcher,
-or one in-process cluster per module. Every wait below is bounded.
+or in-process servers, which live until the process exits. The in-process tests share one
+cluster (:func:`inprocess_cluster`), started once, after every other test has run
+(:func:`pytest_collection_modifyitems`).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
-import time
 
 import pytest
 
@@ -21,46 +20,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # suite 3654 s -> 3575 s, with stalls of ~130 s left (docs/TF_INTERNALS.md, "Where the suite's
 # time goes"). TensorFlow's own dynamic-cluster tests set the same.
 os.environ.setdefault("TF_ENABLE_EAGER_CLIENT_STREAMING_ENQUEUE", "False")
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-#: Bound on any single CLI invocation in the tests (a cluster start is ~15 s here).
-CLI_TIMEOUT_S = 300
-
-
-def cli(*args: str, env: dict | None = None, timeout: float = CLI_TIMEOUT_S,
-        cwd: str | None = None) -> subprocess.CompletedProcess:
-    """Runs ``python -m tf_hetero ARGS`` and returns the finished process."""
-    return subprocess.run([sys.executable, "-m", "tf_hetero", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` is a running (not zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
-def server_pids(log_dir: str) -> list[int]:
-    """PIDs that the servers of a ``tf-hetero run --log-dir`` cluster printed at start."""
-    pids = []
-    for name in sorted(os.listdir(log_dir)):
-        with open(os.path.join(log_dir, name), errors="replace") as f:
-            pids += [int(m) for m in re.findall(r"serving on \S+ \(pid (\d+)\)", f.read())]
-    return pids
 
 
 @pytest.fixture
@@ -73,15 +32,29 @@ def quiet_env():
 
 @pytest.fixture(scope="session")
 def inprocess_cluster():
-    """One in-process cluster (3 workers, 2 PS) for every module that trains on it: each test
+    """One in-process cluster (3 workers, 2 PS) for every test that trains on it: each test
     builds its own strategy on it (a strategy reconnects the process to the cluster).
 
     In-process servers cannot be stopped. Starting another in-process cluster after this one
-    has trained (test_stock_pss_inprocess.py did, when it ran after it) hung fit in the
-    new cluster: the modules using this fixture are named to run after that one."""
+    has trained (tests/strategies/test_stock_pss.py did, when it ran after it) hung fit in the
+    new cluster: every test that uses this fixture runs after every test that does not
+    (:func:`pytest_collection_modifyitems`)."""
     import tf_hetero
 
     return tf_hetero.LocalCluster(3, 2, processes=False).start()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Runs the tests that use the shared in-process cluster last, after every other test, in
+    their collected order: the cluster starts at the first of them, so a test that starts an
+    in-process cluster of its own (tests/strategies/test_stock_pss.py), a multi-process one or
+    none has run before it, whatever the file names and whichever tests are selected. A
+    module with both kinds is split: its other tests run with the others."""
+    shared = [item for item in items if "inprocess_cluster" in getattr(item, "fixturenames", ())]
+    if shared:
+        chosen = {id(item) for item in shared}
+        items[:] = [item for item in items if id(item) not in chosen] + shared
 
 
 # ------------------------------------------------------------------ coordinator clean-up
