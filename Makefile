@@ -1,6 +1,7 @@
 # Two commands (see README): `make demo` and `make test`. Each creates .venv and installs the
 # package with its pinned TensorFlow / tf_keras on first use. `make test-fast`: the tests that
-# start no cluster (engine, policies, telemetry, config, codecs; under a minute).
+# start no cluster and take no seconds each (engine, policies, telemetry, config, codecs,
+# layers, doctests), on both cores; under 30 s.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -27,11 +28,16 @@ wheel: $(STAMP)
 		|| { cat dist/wheel.log; exit 1; }
 	@ls dist/tf_hetero-*.whl
 
+# Every test: first the ones that start no cluster, on both cores (pytest-xdist); then the
+# cluster tests in one process, one at a time (they time emulated devices on the 2 cores, and
+# the in-process ones share one cluster: tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n 2 -m "not cluster" --durations=10; pure=$$?; \
+	$(BIN)/python -m pytest -q -m cluster --durations=25; cluster=$$?; \
+	exit $$(( pure || cluster ))
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not cluster"
+	$(BIN)/python -m pytest -q -n 2 -m "not cluster and not slow"
 
 bench-emulation: $(STAMP)
 	$(BIN)/python benchmarks/emulation.py

@@ -37,6 +37,7 @@ def test_digits_and_mnist1d_are_the_offline_data_sets():
     assert OFFLINE_DATASETS == ("digits", "mnist1d")
 
 
+@pytest.mark.slow
 def test_mnist1d_is_generated_offline_with_4000_train_and_1000_test_signals(monkeypatch):
     import requests
 
@@ -51,6 +52,7 @@ def test_mnist1d_is_generated_offline_with_4000_train_and_1000_test_signals(monk
     np.testing.assert_array_equal(data.load("mnist1d", "train").x, train.x)  # reproducible
 
 
+@pytest.mark.slow
 def test_cnn1d_fits_mnist1d_and_learns_it():
     import tf_keras as keras
 

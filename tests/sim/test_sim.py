@@ -54,6 +54,7 @@ KNOWN_MISSES: dict = {}
 KNOWN_MISORDERS: dict = {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["one_slow", "classes", "midrun"])
 @pytest.mark.parametrize("strategy", registry.names())
 def test_simulated_samples_per_sec_within_tolerance_of_measured(compared, scenario, strategy,
@@ -68,6 +69,7 @@ def test_simulated_samples_per_sec_within_tolerance_of_measured(compared, scenar
     assert abs(simulated / measured - 1) <= validate.TOLERANCE, (strategy, measured, simulated)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["one_slow", "classes", "midrun"])
 def test_simulation_ranks_strategies_as_measured(compared, scenario, request):
     if scenario in KNOWN_MISORDERS:
@@ -118,6 +120,7 @@ def test_the_buffer_push_spread_is_fitted_beyond_the_alike_rows_spread():
     assert alone.local_push_jitter_s < 0.004  # sampling noise of two robust spreads
 
 
+@pytest.mark.slow
 def test_validation_fails_with_the_cost_model_switched_off():
     # A control: with no cost but the profile's device time, the simulator must miss.
     off = CostModel(**{f.name: 0.0 for f in dataclasses.fields(CostModel)
@@ -191,6 +194,7 @@ def test_stale_steps_still_take_their_worker_time():
     assert dropped and all(r.worker == 3 and r.end - r.start > 0.4 for r in dropped)
 
 
+@pytest.mark.slow
 def test_sweep_to_a_thousand_workers_runs_the_engine():
     cfg = small_cfg(workers=1000, profile="classes=fast:750@1,slow:250@4", tasks=2000,
                     steps_per_epoch=1000)
@@ -249,6 +253,7 @@ def test_async_steps_read_the_model_before_their_peers_updates():
     assert any(not fresh for _, fresh in seen)
 
 
+@pytest.mark.slow
 def test_statistical_model_learns_digits_and_suffers_from_pipelined_staleness():
     # 400 micro-batches: since async steps apply at their end (as the emulation does), stock
     # PSS's staleness is ~N-1 and it needs more than 200 to pass 0.8 (0.78 at 200).

@@ -20,6 +20,7 @@ def _cli(*args, cwd):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_sim_command_writes_the_bench_outputs_without_tensorflow(tmp_path):
     out = tmp_path / "a.json"
     code = ("import sys; from tf_hetero.tools.cli import main; "

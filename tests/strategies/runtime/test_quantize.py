@@ -23,6 +23,7 @@ def test_payload_bytes_shrink_with_the_codec(name, ratio):
     assert 4 * n / wire >= ratio
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["int8", "int4"])
 def test_stochastic_rounding_is_unbiased(name):
     codec = quantize.get(name)
