@@ -23,9 +23,10 @@ from tf_hetero.policies.placement import ps_index
 
 
 def main(args):
-    strategy = tf_hetero.BSPStrategy(tf_hetero.cluster_resolver(), rebalance=True)
+    resolver = tf_hetero.cluster_resolver()
+    strategy = tf_hetero.BSPStrategy(resolver, rebalance=True)
     strategy.scale_ps(1)  # PS 1 stands by: every variable is created on PS 0
-    num_workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
+    num_workers = resolver.cluster_spec().num_tasks("worker")
     train = tf_hetero.data.load("digits", "train")
     with strategy.scope():
         model = tf_hetero.models.mlp(input_shape=train.input_shape)

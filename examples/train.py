@@ -20,8 +20,9 @@ import tf_hetero
 
 
 def main(args):
-    strategy = tf.distribute.ParameterServerStrategy(tf_hetero.cluster_resolver())
-    num_workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
+    resolver = tf_hetero.cluster_resolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    num_workers = resolver.cluster_spec().num_tasks("worker")
     train, test = tf_hetero.data.load("digits", "train"), tf_hetero.data.load("digits", "test")
     with strategy.scope():
         model = tf_hetero.models.mlp(input_shape=train.input_shape)

@@ -51,7 +51,7 @@ TF_LOGS_ENV = _env.TF_LOGS
 QUIET_LEVEL = "2"
 
 #: A line of TensorFlow's C++ logging (absl format ``I0000 00:00:... file.cc:12] ...``, the
-#: older ``2025-01-01 12:00:00.000: I file.cc:12] ...``, or absl's note about its start).
+#: older ``YYYY-MM-DD hh:mm:ss.mmm: I file.cc:12] ...``, or absl's note about its start).
 TF_LOG_LINE = re.compile(
     r"^(?:[IWEF]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w./+-]+:\d+\] "
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] [\w./+-]+:\d+\] "

@@ -25,8 +25,9 @@ STRATEGY_ENV = "TF_HETERO_STRATEGY"
 
 
 def main(args):
-    strategy = registry.make(args.strategy, tf_hetero.cluster_resolver())
-    workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
+    resolver = tf_hetero.cluster_resolver()
+    strategy = registry.make(args.strategy, resolver)
+    workers = resolver.cluster_spec().num_tasks("worker")
     per_update = registry.updates_per_round(args.strategy, workers)
     steps = args.steps
     if registry.entry(registry.parse(args.strategy)[0]).sized:  # whole rounds per epoch

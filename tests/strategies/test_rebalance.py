@@ -167,7 +167,7 @@ def test_a_shard_moves_alone_and_the_fit_loses_nothing(cluster):
     partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(2)
     strategy = tf_hetero.BSPStrategy(cluster.resolver, partitioner, rebalance=MoveOneShard(
         RebalanceConfig(window=2, explore=0.0, skip_first=0)))
-    assert tfcompat.variables.partitioner(strategy) is partitioner
+    assert tfcompat.strategy.variable_partitioner(strategy) is partitioner
     with strategy.scope():
         model = fit.model()
         model.compile(fit.optimizers()["sgd_momentum"](), fit.loss())

@@ -255,7 +255,8 @@ def test_variable_classes_functions_and_placement():
     assert tfcompat.ops.v1_optimizer_class() is tf.compat.v1.train.Optimizer
     assert tfcompat.ops.autograph_enabled(tf.function(lambda: 1))
     assert not tfcompat.ops.autograph_enabled(tf.function(lambda: 1, autograph=False))
-    with tfcompat.ops.placed_on("/job:localhost/replica:0/task:0/device:CPU:0"):
+    here = tf.config.list_logical_devices("CPU")[0].name  # this process's job, whichever
+    with tfcompat.ops.placed_on(here):
         placed = tf.Variable(2.0)
     assert placed.device.endswith("CPU:0")
 

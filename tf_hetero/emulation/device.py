@@ -219,9 +219,10 @@ def _update_after_compute(device, model, flags):
     worker's previous update took (``EmulatedDevice.update_us``), so the step still lasts
     its device time, as before, and task-time ratios stay the profile's. Shadows
     ``apply_gradients`` on the optimizer instance (not the class: a trace may run in a
-    replica thread of its own, and other models' steps must not see it). Before 2026-11-26 the update ran before the sleep, within the
-    step's first ~10-30 ms of real work: asynchronous steps (stock PSS, ASP) then saw
-    almost none of the other workers' updates as staleness (docs/MEASUREMENT.md)."""
+    replica thread of its own, and other models' steps must not see it). Run before the
+    sleep instead, within the step's first ~10-30 ms of real work, the update made
+    asynchronous steps (stock PSS, ASP) see almost none of the other workers' updates as
+    staleness (docs/decisions/0001-async-updates-land-at-the-end-of-device-time.md)."""
     optimizer = getattr(model, "optimizer", None) if model is not None else None
     if optimizer is None or not callable(getattr(type(optimizer), "apply_gradients", None)) \
             or "apply_gradients" in vars(optimizer):

@@ -243,9 +243,7 @@ def cmd_sim(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tf_hetero import models  # pure imports: --help loads no TensorFlow
-    from tf_hetero.data import PER_WORKER
-    from tf_hetero.strategies import registry
+    from tf_hetero.strategies import registry  # pure imports: --help loads no TensorFlow
 
     strategy_help = ("a registered name, a number after it sets its [argument]: "
                      + registry.help_text())
@@ -257,12 +255,28 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--tf-logs", action="store_true", default=argparse.SUPPRESS,
                         help=tf_logs_help)
     sub = p.add_subparsers(dest="cmd", required=True)
+    _launch_parser(sub, common)
+    _run_parser(sub, common)
+    _demo_parser(sub, common, strategy_help)
+    _tfconfig_parser(sub, common)
+    _bench_parser(sub, common, strategy_help)
+    from tf_hetero.tools import sim as sim_command  # pure: no TensorFlow
 
+    sim = sub.add_parser("sim", help="the bench on a simulated cluster (no TensorFlow); "
+                                     "calibration; sweeps to 1000 workers")
+    sim_command.add_arguments(sim)
+    sim.set_defaults(fn=cmd_sim)
+    return p
+
+
+def _launch_parser(sub, common) -> None:
     launch = sub.add_parser("launch", help="serve this process's TF_CONFIG role",
                             parents=[common])
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS (chief)")
     launch.set_defaults(fn=cmd_launch)
 
+
+def _run_parser(sub, common) -> None:
     run = sub.add_parser("run", help="run PROGRAM as chief of a local multi-process cluster",
                          parents=[common])
     run.add_argument("--workers", type=int, default=2)
@@ -274,6 +288,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds to wait for the servers to listen")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
     run.set_defaults(fn=cmd_run)
+
+
+def _demo_parser(sub, common, strategy_help: str) -> None:
+    from tf_hetero import models
 
     demo = sub.add_parser("demo", help="stock PSS and tf-hetero strategies on one heterogeneous "
                                        "local cluster: one table, one figure", parents=[common])
@@ -297,6 +315,8 @@ def _parser() -> argparse.ArgumentParser:
                            "processes")
     demo.set_defaults(fn=cmd_demo)
 
+
+def _tfconfig_parser(sub, common) -> None:
     tfconfig = sub.add_parser("tfconfig", help="the TF_CONFIG each replica of a Kubeflow TFJob "
                                                "gets, checked (examples/k8s)", parents=[common])
     tfconfig.add_argument("--name", required=True, help="the TFJob's metadata.name")
@@ -311,6 +331,11 @@ def _parser() -> argparse.ArgumentParser:
                           help="the operator's CUSTOM_CLUSTER_DOMAIN, if set")
     tfconfig.add_argument("--json", action="store_true", help="{pod: TF_CONFIG} as JSON")
     tfconfig.set_defaults(fn=cmd_tfconfig)
+
+
+def _bench_parser(sub, common, strategy_help: str) -> None:
+    from tf_hetero import models
+    from tf_hetero.data import PER_WORKER
 
     bench = sub.add_parser("bench", help="strategies side by side on one local cluster",
                            parents=[common])
@@ -357,14 +382,6 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--out-dir", default="runs/bench")
     bench.add_argument("--json", default=None, help="JSON path (.md and .png written beside it)")
     bench.set_defaults(fn=cmd_bench)
-
-    from tf_hetero.tools import sim as sim_command  # pure: no TensorFlow
-
-    sim = sub.add_parser("sim", help="the bench on a simulated cluster (no TensorFlow); "
-                                     "calibration; sweeps to 1000 workers")
-    sim_command.add_arguments(sim)
-    sim.set_defaults(fn=cmd_sim)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
