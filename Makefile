@@ -28,16 +28,14 @@ wheel: $(STAMP)
 		|| { cat dist/wheel.log; exit 1; }
 	@ls dist/tf_hetero-*.whl
 
-# Every test: first the ones that start no cluster, on both cores (pytest-xdist); then the
-# cluster tests in one process, one at a time (they time emulated devices on the 2 cores, and
-# the in-process ones share one cluster: tests/conftest.py).
+# Every test, on both cores (pytest-xdist): the tests that run TensorFlow servers inside the
+# test process (the shared in-process cluster, tests/conftest.py) all go to one worker, in
+# order; every other module goes whole to whichever worker is free.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 -m "not cluster" --durations=10; pure=$$?; \
-	$(BIN)/python -m pytest -q -m cluster --durations=25; cluster=$$?; \
-	exit $$(( pure || cluster ))
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 -m "not cluster and not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not cluster and not slow"
 
 bench-emulation: $(STAMP)
 	$(BIN)/python benchmarks/emulation.py

@@ -3,7 +3,7 @@
 Cluster tests start real TensorFlow servers: separate OS processes through the real launcher,
 or in-process servers, which live until the process exits. The in-process tests share one
 cluster (:func:`inprocess_cluster`), started once, after every other test has run
-(:func:`pytest_collection_modifyitems`).
+(:class:`_Order`).
 """
 
 from __future__ import annotations
@@ -38,23 +38,51 @@ def inprocess_cluster():
     In-process servers cannot be stopped. Starting another in-process cluster after this one
     has trained (tests/strategies/test_stock_pss.py did, when it ran after it) hung fit in the
     new cluster: every test that uses this fixture runs after every test that does not
-    (:func:`pytest_collection_modifyitems`)."""
+    (:class:`_Order`)."""
     import tf_hetero
 
     return tf_hetero.LocalCluster(3, 2, processes=False).start()
 
 
-@pytest.hookimpl(trylast=True)
+def _uses_shared_cluster(item) -> bool:
+    return "inprocess_cluster" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Runs the tests that use the shared in-process cluster last, after every other test, in
-    their collected order: the cluster starts at the first of them, so a test that starts an
-    in-process cluster of its own (tests/strategies/test_stock_pss.py), a multi-process one or
-    none has run before it, whatever the file names and whichever tests are selected. A
-    module with both kinds is split: its other tests run with the others."""
-    shared = [item for item in items if "inprocess_cluster" in getattr(item, "fixturenames", ())]
-    if shared:
-        chosen = {id(item) for item in shared}
-        items[:] = [item for item in items if id(item) not in chosen] + shared
+    """Marks every test that runs servers inside the test process ``inprocess``: those that
+    use the shared cluster, and those marked so because they start an in-process cluster of
+    their own (tests/strategies/test_stock_pss.py). Under pytest-xdist (``--dist loadgroup``,
+    as make test runs) all of them go to one worker, in the order :class:`_Order` gives;
+    every other test goes with the rest of its module (a module fixture is set up once)."""
+    for item in items:
+        if _uses_shared_cluster(item) and item.get_closest_marker("inprocess") is None:
+            item.add_marker(pytest.mark.inprocess)
+        group = ("inprocess" if item.get_closest_marker("inprocess") is not None
+                 else item.nodeid.split("::", 1)[0])
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _Order:
+    """Runs the ``inprocess`` tests last, after every other test, and among them the tests
+    that use the shared cluster last of all, each kind in its collected order: the shared
+    cluster starts at the first test that uses it, so a test that starts an in-process cluster
+    of its own, a multi-process one or none has run before it, whatever the file names and
+    whichever tests are selected. (A module with both kinds is split: its other tests run with
+    the others.)"""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        def rank(item):
+            if _uses_shared_cluster(item):
+                return 2
+            return 1 if item.get_closest_marker("inprocess") is not None else 0
+
+        items.sort(key=rank)  # stable: each kind keeps its order
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_Order(), "tf_hetero_test_order")
 
 
 # ------------------------------------------------------------------ coordinator clean-up

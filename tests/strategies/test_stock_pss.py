@@ -8,7 +8,8 @@ import io
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.cluster
+# Its own in-process cluster (4 workers, 1 PS): it must start before the shared one.
+pytestmark = [pytest.mark.cluster, pytest.mark.inprocess]
 
 WORKERS, EPOCHS, STEPS, BATCH = 4, 2, 30, 16
 PROFILE = "slow=3:3;base_ms=80"
