@@ -89,7 +89,7 @@ def pytest_configure(config):
 # A coordinator's worker threads hold it, its strategy, models, traced functions and
 # datasets for the life of the process: TF stops them only when the coordinator is
 # garbage-collected, which those threads prevent. Left alone, the in-process test modules
-# grew the heap to ~4M objects and 7 GB by test_strategies_dropin_inprocess.py (a full
+# grew the heap to ~4M objects and 7 GB by tests/strategies/test_dropin.py (a full
 # collection then took 6 s, stalling every Python thread of the in-process cluster), and
 # the timing tests after it saw a 40 ms emulated step take 160 ms on every worker. So every
 # coordinator a test (or a module's fixtures) creates is shut down when it ends, and freed.

@@ -334,7 +334,7 @@ def test_making_a_strategy_turns_autotuning_off_for_the_per_device_datasets(clus
     "Dropped iterators and tf.data autotuning")."""
     from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
 
-    # What the wrapper does to a dataset: tests/test_data_models.py and its doctest (an
+    # What the wrapper does to a dataset: tests/data/test_data_models.py and its doctest (an
     # iterator made here would register functions on the cluster's tasks).
     installed = mdi._create_device_dataset  # an earlier strategy of this process installed it
     original = getattr(installed, "__wrapped__", installed)

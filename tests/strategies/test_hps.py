@@ -159,7 +159,8 @@ def test_quantized_pushes_shrink_bytes_and_track_the_exact_update(cluster, codec
     error = max(float(np.abs(g - e).max()) for g, e in zip(model.get_weights(), exact))
     assert moved > 0.05 and error < ratio * moved, (codec, error, moved)
     # Bytes per push are the encoded payload's (the ratios for a large tensor are in
-    # test_engine_hps.py; this 39-parameter model pays a 4-byte scale per tensor).
+    # tests/strategies/runtime/test_quantize.py; this 39-parameter model pays a 4-byte scale
+    # per tensor).
     wire = sum(tf_hetero.strategies.runtime.quantize.get(codec).payload_bytes(w.size)
                for w in model.get_weights())
     assert strategy.monitor.bytes_per_push == wire < sum(4 * w.size for w in model.get_weights())
