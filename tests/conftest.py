@@ -2,8 +2,9 @@
 
 Cluster tests start real TensorFlow servers: separate OS processes through the real launcher,
 or in-process servers, which live until the process exits. The in-process tests share one
-cluster (:func:`inprocess_cluster`), started once, after every other test has run
-(:class:`_Order`).
+cluster per test process (:func:`inprocess_cluster`), started after every other test of that
+process has run (:class:`_Order`); under pytest-xdist the groups of
+:func:`pytest_collection_modifyitems` decide which worker runs what.
 """
 
 from __future__ import annotations
@@ -48,19 +49,55 @@ def _uses_shared_cluster(item) -> bool:
     return "inprocess_cluster" in getattr(item, "fixturenames", ())
 
 
+#: The xdist group of the tests that start an in-process cluster of their own, and of the
+#: shared-cluster tests that name no other: its worker starts it first (:class:`_FirstGroup`).
+FIRST = "inprocess"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Marks every test that runs servers inside the test process ``inprocess``: those that
     use the shared cluster, and those marked so because they start an in-process cluster of
     their own (tests/strategies/test_stock_pss.py). Under pytest-xdist (``--dist loadgroup``,
-    as make test runs) all of them go to one worker, in the order :class:`_Order` gives;
-    every other test goes with the rest of its module (a module fixture is set up once)."""
+    as make test runs) they go to one worker in the order :class:`_Order` gives; a module of
+    shared-cluster tests marked ``inprocess("NAME")`` goes, as group NAME, to whichever worker
+    is free (a worker starts its own shared cluster; tests/strategies/test_compat.py). Every
+    other test goes with the rest of its module (a module fixture is set up once)."""
     for item in items:
-        if _uses_shared_cluster(item) and item.get_closest_marker("inprocess") is None:
+        mark = item.get_closest_marker("inprocess")
+        if _uses_shared_cluster(item) and mark is None:
             item.add_marker(pytest.mark.inprocess)
-        group = ("inprocess" if item.get_closest_marker("inprocess") is not None
-                 else item.nodeid.split("::", 1)[0])
+        if mark is not None and mark.args and not _uses_shared_cluster(item):
+            raise pytest.UsageError(f"{item.nodeid}: inprocess(NAME) is for shared-cluster "
+                                    "tests; a test with a cluster of its own is in the first "
+                                    "group")
+        if mark is not None and mark.args:
+            group = f"inprocess-{mark.args[0]}"
+        elif mark is not None or _uses_shared_cluster(item):
+            group = FIRST
+        else:
+            group = item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup, except that :data:`FIRST` is the first group a worker starts, so its
+    own-cluster tests run before any shared cluster starts in that worker (xdist would send
+    the largest group first)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class _FirstGroup(LoadGroupScheduling):
+        started: set = set()  # nodes that were given a group
+
+        def _assign_work_unit(self, node):
+            if FIRST in self.workqueue and node not in self.started:
+                self.workqueue.move_to_end(FIRST, last=False)
+            self.started.add(node)
+            super()._assign_work_unit(node)
+
+    return _FirstGroup(config, log)
 
 
 class _Order:

@@ -32,7 +32,9 @@ from tf_hetero.strategies import registry
 
 from support import small
 
-pytestmark = pytest.mark.cluster
+# The largest in-process module: its own xdist group, so under make test it can run on the
+# other worker (with that worker's own shared cluster) while the rest run on the first.
+pytestmark = [pytest.mark.cluster, pytest.mark.inprocess("compat")]
 
 N, B = 3, 8
 VOCAB = ["a", "b", "c", "d", "e", "f"]
