@@ -49,20 +49,30 @@ def _uses_shared_cluster(item) -> bool:
     return "inprocess_cluster" in getattr(item, "fixturenames", ())
 
 
-#: The xdist group of the tests that start an in-process cluster of their own, and of the
-#: shared-cluster tests that name no other: its worker starts it first (:class:`_FirstGroup`).
+#: xdist groups (``--dist loadgroup``): FIRST holds the tests that start an in-process cluster
+#: of their own and the shared-cluster tests that name no other group; ``inprocess-NAME`` a
+#: shared-cluster module marked ``inprocess("NAME")``; ``cluster:MODULE`` a module of
+#: multi-process cluster tests (their servers are other processes); ``pure:MODULE`` any other.
 FIRST = "inprocess"
+
+
+def _group(item) -> str:
+    mark = item.get_closest_marker("inprocess")
+    if mark is not None and mark.args:
+        return f"inprocess-{mark.args[0]}"
+    if mark is not None:
+        return FIRST
+    module = item.nodeid.split("::", 1)[0]
+    return f"cluster:{module}" if item.get_closest_marker("cluster") else f"pure:{module}"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Marks every test that runs servers inside the test process ``inprocess``: those that
     use the shared cluster, and those marked so because they start an in-process cluster of
-    their own (tests/strategies/test_stock_pss.py). Under pytest-xdist (``--dist loadgroup``,
-    as make test runs) they go to one worker in the order :class:`_Order` gives; a module of
-    shared-cluster tests marked ``inprocess("NAME")`` goes, as group NAME, to whichever worker
-    is free (a worker starts its own shared cluster; tests/strategies/test_compat.py). Every
-    other test goes with the rest of its module (a module fixture is set up once)."""
+    their own (tests/strategies/test_stock_pss.py); and gives every test its xdist group
+    (:data:`FIRST`, :func:`pytest_xdist_make_scheduler`). A module's tests stay together, so
+    a module fixture is set up once."""
     for item in items:
         mark = item.get_closest_marker("inprocess")
         if _uses_shared_cluster(item) and mark is None:
@@ -71,33 +81,45 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: inprocess(NAME) is for shared-cluster "
                                     "tests; a test with a cluster of its own is in the first "
                                     "group")
-        if mark is not None and mark.args:
-            group = f"inprocess-{mark.args[0]}"
-        elif mark is not None or _uses_shared_cluster(item):
-            group = FIRST
-        else:
-            group = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadgroup, except that :data:`FIRST` is the first group a worker starts, so its
-    own-cluster tests run before any shared cluster starts in that worker (xdist would send
-    the largest group first)."""
+    """``--dist loadgroup`` (make test) with one rule: in a worker, no pure test runs after an
+    in-process cluster started (a pure test runs TensorFlow ops and strategies in the test
+    process, which the cluster's servers would then share). So the first worker to ask starts
+    with :data:`FIRST` (its own-cluster tests before its shared cluster) and then takes only
+    multi-process modules (then in-process groups); a worker that has not started an
+    in-process cluster takes the pure modules first, then an in-process group, then the rest.
+    Within each kind, the largest group first, as xdist does."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
 
-    class _FirstGroup(LoadGroupScheduling):
-        started: set = set()  # nodes that were given a group
+    class _InProcessLast(LoadGroupScheduling):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.clustered: set = set()  # workers that started an in-process cluster
 
         def _assign_work_unit(self, node):
-            if FIRST in self.workqueue and node not in self.started:
-                self.workqueue.move_to_end(FIRST, last=False)
-            self.started.add(node)
+            queue = self.workqueue
+            if node not in self.clustered and FIRST in queue and not self.assigned_work.get(node):
+                pick = FIRST  # a fresh worker: the own-cluster tests first
+            elif node in self.clustered:  # multi-process modules; an in-process group last
+                pick = next((g for g in queue if g.startswith("cluster:")),
+                            next((g for g in queue if g.startswith("inprocess")), None))
+            else:
+                pick = next((g for g in queue if g.startswith("pure:")),
+                            next((g for g in queue if g.startswith("inprocess")),
+                                 next(iter(queue))))
+            if pick is None:
+                return  # only pure modules are left: the other worker runs them
+            if pick.startswith("inprocess"):
+                self.clustered.add(node)
+            queue.move_to_end(pick, last=False)
             super()._assign_work_unit(node)
 
-    return _FirstGroup(config, log)
+    return _InProcessLast(config, log)
 
 
 class _Order:
