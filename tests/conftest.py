@@ -42,11 +42,36 @@ def inprocess_cluster():
     (:class:`_Order`)."""
     import tf_hetero
 
+    _shared_started.append(True)
     return tf_hetero.LocalCluster(3, 2, processes=False).start()
+
+
+_shared_started: list = []  # not empty once this process started the shared cluster
+
+
+@pytest.fixture(scope="module")
+def own_inprocess_cluster():
+    """Starts an in-process cluster of the module's own: ``own_inprocess_cluster(workers, ps,
+    **kwargs)`` -> the started LocalCluster. Refused (the test fails at once, instead of
+    hanging in fit) if the shared cluster already started in this process: under pytest-xdist
+    run with ``--dist loadgroup``, whose scheduler (below) starts such tests first."""
+    import tf_hetero
+
+    def start(workers, ps, **kwargs):
+        if _shared_started:
+            pytest.fail("an in-process cluster of its own after the shared one hangs fit: "
+                        "run the in-process tests with --dist loadgroup (make test)")
+        return tf_hetero.LocalCluster(workers, ps, processes=False, **kwargs).start()
+
+    return start
 
 
 def _uses_shared_cluster(item) -> bool:
     return "inprocess_cluster" in getattr(item, "fixturenames", ())
+
+
+def _uses_own_cluster(item) -> bool:
+    return "own_inprocess_cluster" in getattr(item, "fixturenames", ())
 
 
 #: xdist groups (``--dist loadgroup``): FIRST holds the tests that start an in-process cluster
@@ -69,13 +94,13 @@ def _group(item) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Marks every test that runs servers inside the test process ``inprocess``: those that
-    use the shared cluster, and those marked so because they start an in-process cluster of
-    their own (tests/strategies/test_stock_pss.py); and gives every test its xdist group
-    (:data:`FIRST`, :func:`pytest_xdist_make_scheduler`). A module's tests stay together, so
-    a module fixture is set up once."""
+    use the shared cluster or start one of their own (:func:`own_inprocess_cluster`,
+    tests/strategies/test_stock_pss.py); and gives every test its xdist group (:data:`FIRST`,
+    :func:`pytest_xdist_make_scheduler`). A module's tests stay together, so a module fixture
+    is set up once."""
     for item in items:
         mark = item.get_closest_marker("inprocess")
-        if _uses_shared_cluster(item) and mark is None:
+        if (_uses_shared_cluster(item) or _uses_own_cluster(item)) and mark is None:
             item.add_marker(pytest.mark.inprocess)
         if mark is not None and mark.args and not _uses_shared_cluster(item):
             raise pytest.UsageError(f"{item.nodeid}: inprocess(NAME) is for shared-cluster "

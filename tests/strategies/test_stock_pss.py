@@ -8,21 +8,20 @@ import io
 import numpy as np
 import pytest
 
-# Its own in-process cluster (4 workers, 1 PS): it must start before the shared one.
-pytestmark = [pytest.mark.cluster, pytest.mark.inprocess]
+pytestmark = pytest.mark.cluster  # its own in-process cluster: tests/conftest.py orders it
 
 WORKERS, EPOCHS, STEPS, BATCH = 4, 2, 30, 16
 PROFILE = "slow=3:3;base_ms=80"
 
 
 @pytest.fixture(scope="module")
-def trained():
+def trained(own_inprocess_cluster):
     import tensorflow as tf
     import tf_keras as keras
 
     import tf_hetero
 
-    cluster = tf_hetero.LocalCluster(WORKERS, 1, profile=PROFILE, processes=False).start()
+    cluster = own_inprocess_cluster(WORKERS, 1, profile=PROFILE)
     strategy = tf.distribute.ParameterServerStrategy(cluster.resolver)
     train = tf_hetero.data.load("digits", "train")
     with strategy.scope():
