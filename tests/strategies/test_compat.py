@@ -32,9 +32,7 @@ from tf_hetero.strategies import registry
 
 from support import small
 
-# The largest in-process module: its own xdist group, so under make test it can run on the
-# other worker (with that worker's own shared cluster) while the rest run on the first.
-pytestmark = [pytest.mark.cluster, pytest.mark.inprocess("compat")]
+pytestmark = pytest.mark.cluster
 
 N, B = 3, 8
 VOCAB = ["a", "b", "c", "d", "e", "f"]
