@@ -1,6 +1,6 @@
 """Chaos matrix: every (strategy x scenario) cell, each run in its own chief processes on its
-own multi-process LocalCluster (tests/scenarios/chaos.py), judged by the same checks as
-tests/test_failures.py. Writes benchmarks/results/chaos/chaos.md and chaos.json (rewritten
+own multi-process LocalCluster (tests/support/scenarios/chaos.py), judged by the same checks as
+tests/cluster/test_failures.py. Writes benchmarks/results/chaos/chaos.md and chaos.json (rewritten
 after every cell, so a partial matrix survives an interruption) and one log per run.
 
     .venv/bin/python benchmarks/chaos.py [--strategies bsp,hps] [--runs 1] [--timeout 150]
@@ -31,7 +31,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCENARIOS = os.path.join(REPO, "tests", "scenarios", "chaos.py")
+SCENARIOS = os.path.join(REPO, "tests", "support", "scenarios", "chaos.py")
 OUT_DIR = os.path.join(REPO, "benchmarks", "results", "chaos")
 LOCK = "/tmp/tf-hetero-heavy.lock"
 STRATEGIES = ("bsp", "backup", "ssp", "epsp", "epspslack", "hps", "hpspipe", "hpsint",
@@ -46,7 +46,7 @@ LOCK_WAIT_S = 3600
 PER_RUN_LOCK = True
 
 sys.path.insert(0, os.path.dirname(SCENARIOS))
-import chaos as judge  # noqa: E402  (tests/scenarios/chaos.py: pure checks, no TensorFlow)
+import chaos as judge  # noqa: E402  (tests/support/scenarios/chaos.py: pure checks, no TensorFlow)
 
 
 def run_process(args: list[str], log_path: str, timeout_s: float, env_extra=None) -> dict:

@@ -1,5 +1,5 @@
 """The drop-in contract's matrix (issue 15): case x strategy, from a pytest JUnit XML report of
-``tests/test_strategies_compat_inprocess.py::test_compatibility``.
+``tests/strategies/test_compat.py::test_compatibility``.
 
 Each cell says what the test recorded: ``pass`` (the case trained and did what it checks),
 ``refused`` (the strategy refused it before training with its one-line refusal), ``FAIL``
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
         found = cells(f.read())
     if not found:
         print(f"{argv[0]}: no test_compatibility case in this report. Fix: run "
-              "tests/test_strategies_compat_inprocess.py with --junitxml.", file=sys.stderr)
+              "tests/strategies/test_compat.py with --junitxml.", file=sys.stderr)
         return 2
     print(matrix(found))
     return 1 if any(v.startswith("FAIL") for v in found.values()) else 0

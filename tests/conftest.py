@@ -1,16 +1,16 @@
-"""Shared helpers for the test suite.
+"""The suite's fixtures and its order (helpers that are not fixtures: tests/support/).
 
 Cluster tests start real TensorFlow servers: separate OS processes through the real launcher,
-or one in-process cluster per module. Every wait below is bounded.
+or in-process servers, which live until the process exits. The in-process tests share one
+cluster per test process (:func:`inprocess_cluster`), started after every other test of that
+process has run (:class:`_Order`); under pytest-xdist the groups of
+:func:`pytest_collection_modifyitems` decide which worker runs what.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
-import time
 
 import pytest
 
@@ -21,46 +21,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # suite 3654 s -> 3575 s, with stalls of ~130 s left (docs/TF_INTERNALS.md, "Where the suite's
 # time goes"). TensorFlow's own dynamic-cluster tests set the same.
 os.environ.setdefault("TF_ENABLE_EAGER_CLIENT_STREAMING_ENQUEUE", "False")
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-#: Bound on any single CLI invocation in the tests (a cluster start is ~15 s here).
-CLI_TIMEOUT_S = 300
-
-
-def cli(*args: str, env: dict | None = None, timeout: float = CLI_TIMEOUT_S,
-        cwd: str | None = None) -> subprocess.CompletedProcess:
-    """Runs ``python -m tf_hetero ARGS`` and returns the finished process."""
-    return subprocess.run([sys.executable, "-m", "tf_hetero", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` is a running (not zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
-def server_pids(log_dir: str) -> list[int]:
-    """PIDs that the servers of a ``tf-hetero run --log-dir`` cluster printed at start."""
-    pids = []
-    for name in sorted(os.listdir(log_dir)):
-        with open(os.path.join(log_dir, name), errors="replace") as f:
-            pids += [int(m) for m in re.findall(r"serving on \S+ \(pid (\d+)\)", f.read())]
-    return pids
 
 
 @pytest.fixture
@@ -73,22 +33,147 @@ def quiet_env():
 
 @pytest.fixture(scope="session")
 def inprocess_cluster():
-    """One in-process cluster (3 workers, 2 PS) for every module that trains on it: each test
+    """One in-process cluster (3 workers, 2 PS) for every test that trains on it: each test
     builds its own strategy on it (a strategy reconnects the process to the cluster).
 
     In-process servers cannot be stopped. Starting another in-process cluster after this one
-    has trained (test_stock_pss_inprocess.py did, when it ran after it) hung fit in the
-    new cluster: the modules using this fixture are named to run after that one."""
+    has trained (tests/strategies/test_stock_pss.py did, when it ran after it) hung fit in the
+    new cluster: every test that uses this fixture runs after every test that does not
+    (:class:`_Order`)."""
     import tf_hetero
 
+    _shared_started.append(True)
     return tf_hetero.LocalCluster(3, 2, processes=False).start()
+
+
+_shared_started: list = []  # not empty once this process started the shared cluster
+
+
+@pytest.fixture(scope="module")
+def own_inprocess_cluster():
+    """Starts an in-process cluster of the module's own: ``own_inprocess_cluster(workers, ps,
+    **kwargs)`` -> the started LocalCluster. Refused (the test fails at once, instead of
+    hanging in fit) if the shared cluster already started in this process: under pytest-xdist
+    run with ``--dist loadgroup``, whose scheduler (below) starts such tests first."""
+    import tf_hetero
+
+    def start(workers, ps, **kwargs):
+        if _shared_started:
+            pytest.fail("an in-process cluster of its own after the shared one hangs fit: "
+                        "run the in-process tests with --dist loadgroup (make test)")
+        return tf_hetero.LocalCluster(workers, ps, processes=False, **kwargs).start()
+
+    return start
+
+
+def _uses_shared_cluster(item) -> bool:
+    return "inprocess_cluster" in getattr(item, "fixturenames", ())
+
+
+def _uses_own_cluster(item) -> bool:
+    return "own_inprocess_cluster" in getattr(item, "fixturenames", ())
+
+
+#: xdist groups (``--dist loadgroup``): FIRST holds the tests that start an in-process cluster
+#: of their own and the shared-cluster tests that name no other group; ``inprocess-NAME`` a
+#: shared-cluster module marked ``inprocess("NAME")``; ``cluster:MODULE`` a module of
+#: multi-process cluster tests (their servers are other processes); ``pure:MODULE`` any other.
+FIRST = "inprocess"
+
+
+def _group(item) -> str:
+    mark = item.get_closest_marker("inprocess")
+    if mark is not None and mark.args:
+        return f"inprocess-{mark.args[0]}"
+    if mark is not None:
+        return FIRST
+    module = item.nodeid.split("::", 1)[0]
+    return f"cluster:{module}" if item.get_closest_marker("cluster") else f"pure:{module}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Marks every test that runs servers inside the test process ``inprocess``: those that
+    use the shared cluster or start one of their own (:func:`own_inprocess_cluster`,
+    tests/strategies/test_stock_pss.py); and gives every test its xdist group (:data:`FIRST`,
+    :func:`pytest_xdist_make_scheduler`). A module's tests stay together, so a module fixture
+    is set up once."""
+    for item in items:
+        mark = item.get_closest_marker("inprocess")
+        if (_uses_shared_cluster(item) or _uses_own_cluster(item)) and mark is None:
+            item.add_marker(pytest.mark.inprocess)
+        if mark is not None and mark.args and not _uses_shared_cluster(item):
+            raise pytest.UsageError(f"{item.nodeid}: inprocess(NAME) is for shared-cluster "
+                                    "tests; a test with a cluster of its own is in the first "
+                                    "group")
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (make test) with one rule: in a worker, no pure test runs after an
+    in-process cluster started (a pure test runs TensorFlow ops and strategies in the test
+    process, which the cluster's servers would then share). So the first worker to ask starts
+    with :data:`FIRST` (its own-cluster tests before its shared cluster) and then takes only
+    multi-process modules (then in-process groups); a worker that has not started an
+    in-process cluster takes the pure modules first, then an in-process group, then the rest.
+    Within each kind, the largest group first, as xdist does."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class _InProcessLast(LoadGroupScheduling):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.clustered: set = set()  # workers that started an in-process cluster
+
+        def _assign_work_unit(self, node):
+            queue = self.workqueue
+            if node not in self.clustered and FIRST in queue and not self.assigned_work.get(node):
+                pick = FIRST  # a fresh worker: the own-cluster tests first
+            elif node in self.clustered:  # multi-process modules; an in-process group last
+                pick = next((g for g in queue if g.startswith("cluster:")),
+                            next((g for g in queue if g.startswith("inprocess")), None))
+            else:
+                pick = next((g for g in queue if g.startswith("pure:")),
+                            next((g for g in queue if g.startswith("inprocess")),
+                                 next(iter(queue))))
+            if pick is None:
+                return  # only pure modules are left: the other worker runs them
+            if pick.startswith("inprocess"):
+                self.clustered.add(node)
+            queue.move_to_end(pick, last=False)
+            super()._assign_work_unit(node)
+
+    return _InProcessLast(config, log)
+
+
+class _Order:
+    """Runs the ``inprocess`` tests last, after every other test, and among them the tests
+    that use the shared cluster last of all, each kind in its collected order: the shared
+    cluster starts at the first test that uses it, so a test that starts an in-process cluster
+    of its own, a multi-process one or none has run before it, whatever the file names and
+    whichever tests are selected. (A module with both kinds is split: its other tests run with
+    the others.)"""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        def rank(item):
+            if _uses_shared_cluster(item):
+                return 2
+            return 1 if item.get_closest_marker("inprocess") is not None else 0
+
+        items.sort(key=rank)  # stable: each kind keeps its order
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_Order(), "tf_hetero_test_order")
 
 
 # ------------------------------------------------------------------ coordinator clean-up
 # A coordinator's worker threads hold it, its strategy, models, traced functions and
 # datasets for the life of the process: TF stops them only when the coordinator is
 # garbage-collected, which those threads prevent. Left alone, the in-process test modules
-# grew the heap to ~4M objects and 7 GB by test_strategies_dropin_inprocess.py (a full
+# grew the heap to ~4M objects and 7 GB by tests/strategies/test_dropin.py (a full
 # collection then took 6 s, stalling every Python thread of the in-process cluster), and
 # the timing tests after it saw a 40 ms emulated step take 160 ms on every worker. So every
 # coordinator a test (or a module's fixtures) creates is shut down when it ends, and freed.

@@ -1,55 +1,69 @@
-"""Every module's docstring examples run (collected here, one test per module), and the pure
-layers import no TensorFlow."""
+"""Every module's docstring examples hold, and the pure modules import no TensorFlow.
+
+The one doctest collector of the suite: it finds the modules itself (every module of the
+installed packages whose source holds a ``>>>`` example, from tests/support/layers.py), plus
+the examples that live outside the package (:data:`OUTSIDE`). The one no-TensorFlow check:
+every module :data:`support.layers.PURE` covers, imported in a fresh interpreter.
+"""
 
 from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
+import os
 import subprocess
 import sys
 
 import pytest
 
-#: Pure modules: importing them must not import TensorFlow.
-PURE = [
-    "tf_hetero.engine", "tf_hetero.engine.api", "tf_hetero.engine.state",
-    "tf_hetero.engine.core", "tf_hetero.engine.local", "tf_hetero.engine.transfer",
-    "tf_hetero.engine.folding", "tf_hetero.engine.guard", "tf_hetero.engine.books",
-    "tf_hetero.engine.cycle", "tf_hetero.engine.lanes",
-    "tf_hetero.policies", "tf_hetero.policies.sync", "tf_hetero.policies.assign",
-    "tf_hetero.policies.gate", "tf_hetero.policies.late", "tf_hetero.policies.transfer",
-    "tf_hetero.policies.estimate", "tf_hetero.policies.group", "tf_hetero.policies.scale",
-    "tf_hetero.policies.diverge", "tf_hetero.policies.rebalance",
-    "tf_hetero.policies.rebalance_config", "tf_hetero.policies.ps_rates", "tf_hetero.policies.ps_load",
-    "tf_hetero.telemetry.records", "tf_hetero.telemetry.monitor", "tf_hetero.telemetry.perf",
-    "tf_hetero.telemetry.tasklog", "tf_hetero.telemetry.psload", "tf_hetero.telemetry.cpu",
-    "tf_hetero.policies.placement",
-    "tf_hetero.cluster.tf_config", "tf_hetero.cluster.reach", "tf_hetero.emulation.profile",
-    "tf_hetero.strategies.registry", "tf_hetero.strategies.runtime.tags",
-    "tf_hetero.strategies.config", "tf_hetero.tools.tfjob", "tf_hetero.tflogs",
-    "tf_hetero.sim", "tf_hetero.sim.events", "tf_hetero.sim.costs", "tf_hetero.sim.learner",
-    "tf_hetero.sim.dispatcher", "tf_hetero.sim.run", "tf_hetero.sim.calibrate",
-    "tf_hetero.sim.validate", "tf_hetero.sim.sweep", "tf_hetero.tools.sim", "tf_hetero.patching",
-    "tf_hetero.tools.scenarios", "tf_hetero.policies.lr", "tf_hetero.tools.benchconfig",
-    "tf_hetero.tools.report",
-]
-#: Modules whose examples need TensorFlow (imported, no cluster).
-WITH_TF = ["tf_hetero", "tf_hetero.strategies.presets", "tf_hetero.strategies.runtime.fitplan",
-           "tf_hetero.strategies.runtime.accumulate", "tf_hetero.strategies.runtime.quantize",
-           "tf_hetero.emulation.ps", "tf_hetero.tools.benchrow", "tf_hetero.data",
-           "tf_hetero.strategies.runtime.closures", "tf_hetero.strategies.runtime.callbacks"]
+from support import REPO
+from support.layers import has_examples, is_package, modules, pure_modules
+
+#: Modules whose examples show a use that needs what a unit test does not start (a cluster, a
+#: whole demo run); they are illustrations, not run. Each names why.
+ILLUSTRATIONS = {
+    "tf_hetero.cluster.local": "starts a 4-worker cluster (tests/cluster/ start real ones)",
+    "tf_hetero.cluster.roles": "serves on a cluster from TF_CONFIG",
+    "tf_hetero.strategies.base": "a fit on a cluster resolver",
+    "tf_hetero.models": "the module's names imported as M, a sketch",
+    "tf_hetero.tools.demo": "runs the demo's fits (~50 s; tests/tools/test_demo.py runs it)",
+}
+
+#: Examples outside the package: files (relative to the repository) run as modules.
+OUTSIDE = ["benchmarks/contract_matrix.py", "tests/support/toy_policy.py"]
+
+PURE = pure_modules()
+EXAMPLES = [m for m in modules() if has_examples(m) and m not in ILLUSTRATIONS]
 
 
-@pytest.mark.parametrize("name", PURE + WITH_TF)
+def test_every_illustration_is_a_module_with_examples():
+    assert all(has_examples(m) for m in ILLUSTRATIONS), ILLUSTRATIONS
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
 def test_docstring_examples_hold(name):
-    module = importlib.import_module(name)
-    results = doctest.testmod(module)
+    results = doctest.testmod(importlib.import_module(name))
     assert results.failed == 0
-    if name in PURE and not hasattr(module, "__path__"):  # every pure module shows its use
-        assert results.attempted > 0, f"{name}: no examples"
 
 
-def test_engine_policies_and_telemetry_import_no_tensorflow():
+@pytest.mark.parametrize("name", [m for m in PURE if not is_package(m)])
+def test_every_pure_module_shows_its_use_in_examples(name):
+    assert name in EXAMPLES and doctest.testmod(importlib.import_module(name)).attempted > 0, \
+        f"{name}: no examples"
+
+
+@pytest.mark.parametrize("path", OUTSIDE)
+def test_examples_outside_the_package_hold(path):
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = doctest.testmod(module)
+    assert results.failed == 0 and results.attempted > 0
+
+
+def test_the_pure_modules_import_no_tensorflow():
     code = ("import sys; " + "; ".join(f"import {m}" for m in PURE) +
             "; bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tf_keras')];"
             " print(bad); sys.exit(1 if bad else 0)")

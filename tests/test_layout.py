@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import tomllib
 
-from conftest import REPO
+from support import REPO
 
 
 def _packages_in_tree() -> set[str]:

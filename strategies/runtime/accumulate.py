@@ -58,7 +58,7 @@ Sparse gradients (``IndexedSlices``, e.g. ``keras.layers.Embedding``; docs/SPARS
   passes for the concatenated batch, after tf_keras deduplicates it. tf_keras' SGD (momentum
   too) and Adam (new and legacy) update sparse gradients with the same arithmetic as dense ones
   (their moments decay on every row), so both paths equal one large-batch step (tested to
-  1e-5, ``tests/test_strategies_sparse_inprocess.py``).
+  1e-5, ``tests/strategies/test_sparse.py``).
 - A variable's mode is fixed by its first traced write: sparse if that gradient was
   ``IndexedSlices``. A later dense gradient of a sparse-mode variable writes every row with
   row tags; a later ``IndexedSlices`` of a dense-mode variable is densified. Once a round's

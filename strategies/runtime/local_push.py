@@ -25,7 +25,7 @@ and written outside control flow with masks; only the PS writes sit in a ``tf.co
 Sparse gradients (``IndexedSlices``, embeddings) are densified here: the buffers are dense
 per-worker copies of the variables, and a push writes the whole buffer (its accumulator
 stays in dense mode, :mod:`~tf_hetero.strategies.runtime.accumulate`), so an embedding's
-push costs its full size, as before. Exact (``tests/test_strategies_sparse_inprocess.py``),
+push costs its full size, as before. Exact (``tests/strategies/test_sparse.py``),
 not sparse. A sparse push would need a per-worker touched-row mask and, with a lossy codec,
 residuals of untouched rows to flush (docs/SPARSE.md).
 """

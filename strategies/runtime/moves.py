@@ -26,7 +26,7 @@ from tf_hetero.policies.placement import ps_index
 from tf_hetero.tfcompat import variables as tfvars
 
 # TensorFlow is imported where a variable is touched: the rebalancer's boundary logic runs
-# (and is tested, tests/test_rebalance.py) on the pure engine.
+# (and is tested, tests/policies/test_rebalance.py) on the pure engine.
 
 __all__ = ["Mover", "move_variable", "related_variables", "movable_units", "ps_device"]
 

@@ -1,6 +1,6 @@
 """tf_keras's test and predict functions made again after a variable moved to another PS.
 
-Functions traced before a move (measured, ``tests/test_strategies_rebalance_inprocess.py``):
+Functions traced before a move (measured, ``tests/strategies/test_rebalance.py``):
 a ``tf.function`` of the user's, called on the chief or scheduled on the workers, reads the
 moved variable where it is now; tf_keras's test and predict functions do not: their
 concrete functions hold the old inner variable's handle among their captured inputs, and

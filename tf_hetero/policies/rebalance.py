@@ -101,7 +101,7 @@ makes room for them on the fast PS):
 [Move(unit='k0', src=1, dst=0), Move(unit='k1', src=1, dst=0), Move(unit='b', src=0, dst=1)]
 
 A move whose estimated saving does not pay its pause back is not tried
-(``tests/test_rebalance.py``: a loaded PS busy 10 ms of each 200 ms round keeps its kernels
+(``tests/policies/test_rebalance.py``: a loaded PS busy 10 ms of each 200 ms round keeps its kernels
 when a move's pause is 1.2 s; busy most of each round, it moves one).
 """
 

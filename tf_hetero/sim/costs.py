@@ -145,7 +145,7 @@ class DeviceTimes:
     """A profile's emulated device time per step, from the profile's own tables
     (:meth:`~tf_hetero.emulation.profile.Profile.constant_slowdowns`, ``change_vectors``,
     ``straggle_table``: the same seeded draws the emulation uses), read once so a step costs
-    a lookup. ``slowdown`` equals ``Profile.slowdown`` (tests/test_sim.py checks it), so
+    a lookup. ``slowdown`` equals ``Profile.slowdown`` (tests/sim/test_sim.py checks it), so
     :func:`tf_hetero.telemetry.perf.ideal_over_tasks` takes this object as its profile.
 
     >>> from tf_hetero.emulation.profile import Profile

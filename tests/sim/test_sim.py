@@ -1,0 +1,270 @@
+"""The simulator (tf_hetero.sim): the real engine on virtual time, its cost model, its
+calibration, its statistical model, and its validation against measured runs. No cluster,
+no TensorFlow."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tf_hetero.emulation.profile import Profile
+from tf_hetero.sim import calibrate, costs as costs_module, validate
+from tf_hetero.sim.costs import CostModel, DeviceTimes
+from tf_hetero.sim.learner import Learner
+from tf_hetero.sim.run import Simulation, simulate_run
+from tf_hetero.strategies import registry
+
+MEASURED = {os.path.splitext(os.path.basename(p))[0]: p for p in validate.measured_files()}
+
+
+def small_cfg(**kw):
+    fields = dict(workers=4, ps=2, profile="slow=3:4", batch_size=32, tasks=40,
+                  steps_per_epoch=20, steps_per_execution=1, base_lr=0.02, momentum=0.9,
+                  target_accuracy=0.9, eval_interval_s=0.5, seed=0, warmup_updates=0,
+                  dataset="digits")
+    fields.update(kw)
+    return SimpleNamespace(**fields)
+
+
+# ------------------------------------------------------------------ validation
+@pytest.fixture(scope="module")
+def shipped():
+    return costs_module.load()
+
+
+@pytest.fixture(scope="module")
+def compared(shipped):
+    return {name: validate.compare(path, shipped) for name, path in MEASURED.items()}
+
+
+def test_measured_runs_cover_three_scenarios():
+    assert {"one_slow", "classes", "midrun"} <= set(MEASURED)
+
+
+#: Cells the simulator misses, with the measured numbers (strict: a cell that comes within
+#: tolerance must be taken off this list). docs/SIMULATOR.md, "Validation".
+KNOWN_MISSES: dict = {}
+
+#: Scenarios whose ranking the simulator gets wrong, and why (strict, as KNOWN_MISSES).
+KNOWN_MISORDERS: dict = {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["one_slow", "classes", "midrun"])
+@pytest.mark.parametrize("strategy", registry.names())
+def test_simulated_samples_per_sec_within_tolerance_of_measured(compared, scenario, strategy,
+                                                                 request):
+    if (strategy, scenario) in KNOWN_MISSES:
+        request.applymarker(pytest.mark.xfail(strict=True,
+                                              reason=KNOWN_MISSES[(strategy, scenario)]))
+    row = next((r for r in compared[scenario] if r[0] == strategy), None)
+    if row is None:
+        pytest.skip(f"{strategy}: registered after the measured runs; no measured row")
+    _, measured, simulated = row
+    assert abs(simulated / measured - 1) <= validate.TOLERANCE, (strategy, measured, simulated)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["one_slow", "classes", "midrun"])
+def test_simulation_ranks_strategies_as_measured(compared, scenario, request):
+    if scenario in KNOWN_MISORDERS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISORDERS[scenario]))
+    assert validate.misordered(compared[scenario]) == []
+
+
+def test_the_buffer_push_spread_is_what_orders_classes_as_measured(shipped):
+    # A control for local_push_jitter_s: without the push's own spread, the simulated
+    # buffer path (hpsfp) is as fast as grouped sync on `classes`, which measured 17% faster.
+    with open(MEASURED["classes"]) as f:
+        bench = json.load(f)
+
+    def simulated(name, costs):
+        runs = [simulate_run(name, SimpleNamespace(**{**bench["config"], "seed": s}), costs)
+                for s in range(validate.SEEDS)]
+        return sorted(r["samples_per_sec"] for r in runs)[validate.SEEDS // 2]
+
+    assert shipped.local_push_jitter_s > 0
+    off = dataclasses.replace(shipped, local_push_jitter_s=0.0)
+    assert simulated("grouped", shipped) > simulated("hpsfp", shipped)
+    assert not simulated("grouped", off) > simulated("hpsfp", off)
+
+
+def test_the_buffer_push_spread_is_fitted_beyond_the_alike_rows_spread():
+    # hpsfp's steps vary like hps's plus a normal push of 10 ms: the fit finds ~10 ms.
+    rng = np.random.default_rng(0)
+    cfg = {"workers": 4, "profile": "base_ms=100", "batch_size": 32}
+
+    def row(name, push_sd):
+        timeline, start = [], 0.0
+        for _ in range(100):  # rounds: four steps, then a 10 ms pause
+            ends = []
+            for w in range(4):
+                d = 0.12 + rng.normal(0, 0.004) + (rng.normal(0, push_sd) if push_sd else 0)
+                timeline.append([w, start, start + d, True])
+                ends.append(start + d)
+            start = max(ends) + 0.01
+        return {"strategy": name, "timeline": timeline, "samples_per_worker": [3200] * 4,
+                "tasks_per_worker": [100] * 4, "round_breakdown_ms": {"dispatch": 2,
+                                                                       "apply": 10},
+                "setup_s": 1.0, "gradient_bytes_per_sample": 10.0}
+
+    rows = [row("pss", 0), row("bsp", 0), row("hps", 0), row("hpsfp", 0.010)]
+    fitted = calibrate.fit({"config": cfg, "results": rows})
+    assert fitted.local_push_jitter_s == pytest.approx(0.010, rel=0.2)
+    alone = calibrate.fit({"config": cfg, "results": rows[:3] + [row("hpsint", 0)]})
+    assert alone.local_push_jitter_s < 0.004  # sampling noise of two robust spreads
+
+
+@pytest.mark.slow
+def test_validation_fails_with_the_cost_model_switched_off():
+    # A control: with no cost but the profile's device time, the simulator must miss.
+    off = CostModel(**{f.name: 0.0 for f in dataclasses.fields(CostModel)
+                       if f.name not in ("source", "param_bytes", "wire_factor",
+                                         "jitter_quantiles_s")}, jitter_quantiles_s=(0.0, 0.0))
+    rows = validate.compare(MEASURED["one_slow"], off)
+    misses = [s for s, m, sim in rows if abs(sim / m - 1) > validate.TOLERANCE]
+    assert len(misses) >= len(rows) // 2, rows
+
+
+def test_shipped_calibration_is_the_fit_of_the_stored_measured_run(shipped):
+    fitted = calibrate.fit_file(MEASURED["one_slow"])
+    for f in dataclasses.fields(CostModel):
+        if f.name != "source":
+            assert getattr(fitted, f.name) == pytest.approx(getattr(shipped, f.name)), f.name
+
+
+def test_calibration_refuses_a_file_that_is_no_bench_json(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"rows": []}')
+    with pytest.raises(ValueError, match=r"is not a bench JSON .* Fix: give the --json file"):
+        calibrate.fit_file(str(bad))
+    with pytest.raises(ValueError, match=r"calibration file .* does not exist"):
+        costs_module.load(str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match=r"cost model keys \['speed'\] are unknown"):
+        CostModel.from_dict({"speed": 1})
+
+
+# ------------------------------------------------------------------ the model
+@pytest.mark.parametrize("strategy", registry.names())
+def test_every_registered_strategy_runs_in_the_simulator(strategy):
+    r = simulate_run(strategy, small_cfg(tasks=80, steps_per_epoch=40), costs_module.load(),
+                     learn=True)
+    assert r["stopped"] is None and r["applied_tasks"] > 0.6 * r["tasks"]
+    assert r["final_accuracy"] > 0.2  # it learned something (chance: 0.1)
+
+
+def test_device_times_are_the_profiles_own_draws():
+    p = Profile.parse("slow=2:3;straggle=0.2x5;change=1@7:4;seed=3;horizon=16")
+    d = DeviceTimes(p, 4)
+    for w in range(4):
+        for t in range(40):
+            assert d.slowdown(w, t) == p.slowdown(w, t, 4)
+
+
+def test_the_real_engine_and_policies_decide_rounds():
+    # EPSP drops the 4x worker from most rounds (its own projection), BSP never does.
+    epsp = simulate_run("epsp", small_cfg(tasks=200, steps_per_epoch=100), CostModel())
+    bsp = simulate_run("bsp", small_cfg(tasks=200, steps_per_epoch=100), CostModel())
+    assert bsp["tasks_per_worker"] == [50, 50, 50, 50]
+    assert epsp["tasks_per_worker"][3] < epsp["tasks_per_worker"][0] / 2
+    assert epsp["samples_per_sec"] > 1.5 * bsp["samples_per_sec"]
+
+
+def test_a_bsp_round_waits_for_its_slowest_task():
+    c = CostModel(jitter_quantiles_s=(0.0, 0.0))
+    sim = Simulation("bsp", small_cfg(tasks=8, steps_per_epoch=8, profile="slow=1:3"), c)
+    sim.fit()
+    r = sim.engine.rounds[1]  # warm: no first-step or first-apply cost
+    device = 0.3  # 3 x base_ms
+    # Worker 1's step is the second the chief launches; it reads and pushes the model.
+    assert r.t_close - r.t_open == pytest.approx(2 * c.dispatch_s + c.task_s + device
+                                                 + c.param_bytes * c.ps_s_per_byte, abs=5e-4)
+
+
+def test_stale_steps_still_take_their_worker_time():
+    # Backup workers: the straggler's step finds its round closed, but its worker is busy.
+    sim = Simulation("backup", small_cfg(tasks=40, steps_per_epoch=40), CostModel())
+    sim.fit()
+    dropped = [r for r in sim.monitor.tasks if not r.applied]
+    assert dropped and all(r.worker == 3 and r.end - r.start > 0.4 for r in dropped)
+
+
+@pytest.mark.slow
+def test_sweep_to_a_thousand_workers_runs_the_engine():
+    cfg = small_cfg(workers=1000, profile="classes=fast:750@1,slow:250@4", tasks=2000,
+                    steps_per_epoch=1000)
+    r = simulate_run("bsp", cfg, costs_module.load())
+    assert r["rounds"] == 2 and r["tasks"] == 2000
+    assert r["efficiency"] < 0.3  # the chief launches 1000 closures a round, one at a time
+
+
+# ------------------------------------------------------------ statistical model
+def test_gradient_matches_finite_differences():
+    m = Learner(num_workers=1, batch_size=8, lr=0.1, seed=0)
+    rng = np.random.default_rng(0)
+    m._rng = np.random.default_rng(5)
+    g = m.gradient(m.params, 0, 8)
+    for i in rng.choice(m.params.size, 5, replace=False):
+        def loss(p):
+            m._rng, m._order[0] = np.random.default_rng(5), np.empty(0, np.int64)
+            x, y = m._batch(0, 8)
+            h = x
+            layers = m.layers(p)
+            for k in range(0, 4, 2):
+                h = np.maximum(h @ layers[k] + layers[k + 1], 0)
+            z = h @ layers[4] + layers[5]
+            z = z - z.max(1, keepdims=True)
+            return float(np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(8), y]))
+        e = np.zeros_like(m.params, dtype=np.float64)
+        e[i] = 1e-3
+        p64 = m.params.astype(np.float64)
+        assert (loss(p64 + e) - loss(p64 - e)) / 2e-3 == pytest.approx(g[i], abs=2e-4)
+
+
+def test_a_bsp_round_applies_one_step_on_the_mean_gradient_of_what_was_read():
+    sim = Simulation("bsp", small_cfg(tasks=4, steps_per_epoch=4, momentum=0.0), CostModel(),
+                     learn=True)
+    before = sim.learner.params.copy()
+    grads = []
+    real = sim.learner.gradient
+    sim.learner.gradient = lambda params, w, rows: grads.append(
+        (params.copy(), real(params, w, rows))) or grads[-1][1]
+    sim.fit()
+    assert len(grads) == 4 and all(np.array_equal(p, before) for p, _ in grads)
+    expected = before - sim.lr * np.mean([g for _, g in grads], axis=0)
+    assert np.allclose(sim.learner.params, expected, atol=1e-6)
+
+
+def test_async_steps_read_the_model_before_their_peers_updates():
+    sim = Simulation("pss", small_cfg(tasks=20, steps_per_epoch=20), CostModel(), learn=True)
+    seen = []
+    real = sim.learner.gradient
+    sim.learner.gradient = lambda params, w, rows: seen.append(
+        (sim.learner.updates, params is sim.learner.params)) or real(params, w, rows)
+    sim.fit()
+    # Each step's gradient is taken on the parameters it read at its start; some were
+    # updated by other workers in between (staleness), as the measured runs record.
+    assert len(seen) == 20 and sim.learner.updates == 20
+    assert any(not fresh for _, fresh in seen)
+
+
+@pytest.mark.slow
+def test_statistical_model_learns_digits_and_suffers_from_pipelined_staleness():
+    # 400 micro-batches: since async steps apply at their end (as the emulation does), stock
+    # PSS's staleness is ~N-1 and it needs more than 200 to pass 0.8 (0.78 at 200).
+    cfg = small_cfg(tasks=400, steps_per_epoch=100)
+    final = {}
+    for spec in ("pss", "bsp", "epspslack", "hps", "hpspipe"):
+        r = simulate_run(spec, cfg, costs_module.load(), learn=True)
+        final[spec] = r["final_accuracy"]
+        if spec != "hpspipe":
+            assert r["final_accuracy"] > 0.8, (spec, r["final_accuracy"])
+            assert r["time_to_target_s"] is not None and r["time_to_target_s"] < r["span_s"]
+    # Pipelined pushes apply every gradient a round late; at the linear rule's rate with
+    # momentum 0.9 that stalls training (the measured run diverged: final accuracy 0.08).
+    assert final["hpspipe"] < final["hps"] - 0.3, final

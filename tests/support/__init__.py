@@ -1,0 +1,66 @@
+"""What the tests share that is not a fixture (fixtures live in the ``conftest.py`` files).
+
+No test module imports another test module: everything two of them use is here.
+
+- this module: the repository's path, the ``tf-hetero`` command in a subprocess, bounded waits
+  and process checks (cluster tests start real servers; every wait is bounded);
+- :mod:`support.fakes`: a fake clock and a recording dispatcher for the pure engine;
+- :mod:`support.engine`: engines with the baseline policies on those fakes;
+- :mod:`support.small`: a small seeded classification problem and model;
+- :mod:`support.fit`: fits on the shared in-process cluster (3 workers) and their checks;
+- :mod:`support.toy_policy`: a new assignment policy, as a user would add one;
+- :mod:`support.notebooks`: the Colab notebooks run with small settings;
+- :mod:`support.layers`: the package's modules and their imports, parsed once (the layer
+  check, the doctest collector and the no-TensorFlow check read them);
+- ``support/scenarios/``: chief programs of the failure tests (and benchmarks/chaos.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+#: The repository (the folder of ``tests/``).
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: Bound on any single CLI invocation in the tests (a cluster start is ~15 s here).
+CLI_TIMEOUT_S = 300
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = CLI_TIMEOUT_S,
+        cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Runs ``python -m tf_hetero ARGS`` and returns the finished process."""
+    return subprocess.run([sys.executable, "-m", "tf_hetero", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` is a running (not zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
+    """Polls ``predicate`` until it holds or ``timeout`` seconds passed; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def server_pids(log_dir: str) -> list[int]:
+    """PIDs that the servers of a ``tf-hetero run --log-dir`` cluster printed at start."""
+    pids = []
+    for name in sorted(os.listdir(log_dir)):
+        with open(os.path.join(log_dir, name), errors="replace") as f:
+            pids += [int(m) for m in re.findall(r"serving on \S+ \(pid (\d+)\)", f.read())]
+    return pids
