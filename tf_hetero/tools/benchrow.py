@@ -300,10 +300,12 @@ def _row_figures(row: _Row, cfg: BenchConfig, profile: Profile, records, fit: _F
     """The row's JSON keys (the module's docstring), from its task records and its fit."""
     # One clock for every row: from fit() being called to the last update applied.
     rounds_applied = [r.t_applied for r in row.strategy.monitor.rounds] if not row.stock else []
-    # A record's size counts work units: k dataset batches, or a sized task's granules.
-    unit = row.granule or cfg.steps_per_execution * cfg.batch_size
+    # A record's size counts work units: k dataset batches, or a sized task's granules (of
+    # the size the strategy chose for this data: HeteroStrategy.granule).
+    granule = getattr(row.strategy, "granule", None) if row.granule else None
+    unit = granule or cfg.steps_per_execution * cfg.batch_size
     figures = metrics.run_figures(records, fit.t0, max(rounds_applied, default=fit.t0), unit)
-    ideal = _ideal(records, cfg, profile, row.granule)
+    ideal = _ideal(records, cfg, profile, granule)
     sps = figures.samples_per_sec
     applied = sum(r.applied for r in records)
     computed = sum(r.size for r in records) * unit
