@@ -152,7 +152,7 @@ class AutoController(BalancedBatches, Component):
         self.unit_samples = 1.0
         self.mode = "async"  # the sync policy's mode: "async" or "rounds" (sized)
         self._sized_rounds = 0  # sized rounds seen at the last batch choice
-        self._asked = -1  # the engine's update count when the mode was last decided
+        self._asked = None  # the engine's update count when the mode was last decided
         self.gain_now = 1.0
         #: ``1 + tau`` (``async_tuned``): the one-batch rate's correction for fresh steps.
         self.correction = 1.0
@@ -234,7 +234,7 @@ class AutoController(BalancedBatches, Component):
         if engine is None or monitor is None or not self.bound:
             return
         n = engine.num_workers
-        if self.mode == "rounds" or engine.version - self._asked >= n:
+        if self.mode == "rounds" or self._asked is None or engine.version - self._asked >= n:
             self._asked = engine.version
             self._decide_mode(engine, monitor)
         if self.mode == "rounds":

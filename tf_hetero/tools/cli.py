@@ -191,6 +191,8 @@ def cmd_tfconfig(args) -> int:
 
 #: ``--lr-grid``: learning rates tried per strategy, as factors of the linear rule.
 LR_GRID = (0.5, 1.0, 2.0)
+#: ``--lr-grid``: stock PSS's momenta too (``lr / (1 - m)`` held at each factor's value).
+MOMENTUM_GRID = (0.9, 0.5, 0.0)
 
 
 def _data_per_worker(args) -> dict:
@@ -217,6 +219,7 @@ def cmd_bench(args) -> int:
                               base_lr=args.base_lr, momentum=args.momentum,
                               json_path=args.json, repeats=args.repeats,
                               lr_factors=LR_GRID if args.lr_grid else (1.0,),
+                              momenta=MOMENTUM_GRID if args.lr_grid else (),
                               warmup_updates=args.warmup_updates,
                               **_data_per_worker(args))
     except ValueError as e:
@@ -225,6 +228,7 @@ def cmd_bench(args) -> int:
         _, failed = run_scenarios(scenarios, os.path.join(args.out_dir, "scenarios"),
                                   strategies=strategies, repeats=args.repeats,
                                   lr_factors=LR_GRID if args.lr_grid else (1.0,),
+                                  momenta=MOMENTUM_GRID if args.lr_grid else (),
                                   warmup_updates=args.warmup_updates,
                                   **_data_per_worker(args))
     else:
@@ -360,8 +364,10 @@ def _bench_parser(sub, common, strategy_help: str) -> None:
                        help="SGD learning rate per micro-batch; x micro-batches per update")
     bench.add_argument("--momentum", type=float, default=0.9)
     bench.add_argument("--lr-grid", action="store_true",
-                       help="run every strategy at 0.5, 1 and 2 x the linear lr rule and "
-                            "report each at its best time to target")
+                       help="run every strategy at 0.5, 1 and 2 x the linear lr rule (stock "
+                            "PSS also at momentum 0.9, 0.5 and 0, lr / (1 - m) held) and "
+                            "report each at its best time to target; auto runs at the rule "
+                            "only (it sets its own step)")
     bench.add_argument("--warmup-updates", type=int, default=None,
                        help="ramp the lr up linearly over this many updates for strategies "
                             "whose update averages several micro-batches (Goyal et al.); "
