@@ -98,9 +98,12 @@ class AutoConfig:
       gain: ``"adascale"`` (the step follows the measured noise) or ``"linear"`` (the
         linear rule: a round of ``k`` batches steps ``k`` times the one-batch rate).
       async_tuned: the one-batch rate was chosen for asynchronous steps (stock PSS), whose
-        staleness acts as momentum: a sized round's step is its gain times ``1 + tau``,
-        ``tau`` the mean staleness of the asynchronous steps measured before (module notes);
-        ``False``: the gain alone.
+        staleness acts as momentum: a sized round's step is its gain times a correction
+        from ``tau``, the mean staleness of asynchronous steps (measured before; ``N - 1``
+        when none ran): ``"linear"``: ``1 + tau``; ``"sqrt"``: its square root; ``"none"``
+        (or ``False``): the gain alone (module notes).
+      start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
+        ``"rounds"``: sized rounds, safe at any cluster size).
     """
 
     window: int = 12
@@ -110,7 +113,8 @@ class AutoConfig:
     max_batches: int = 8
     min_gain: float = 0.05
     gain: str = "adascale"
-    async_tuned: bool = True
+    async_tuned: str = "linear"
+    start: str = "async"
 
     def __post_init__(self):
         for name in ("window", "decide_every", "max_batches"):
@@ -126,6 +130,13 @@ class AutoConfig:
             raise ValueError(f"AutoConfig(min_gain={self.min_gain!r}): need a number >= 0.")
         if self.gain not in ("adascale", "linear"):
             raise ValueError(f"AutoConfig(gain={self.gain!r}): use 'adascale' or 'linear'.")
+        if self.async_tuned is False:
+            object.__setattr__(self, "async_tuned", "none")
+        if self.async_tuned not in ("linear", "sqrt", "none"):
+            raise ValueError(f"AutoConfig(async_tuned={self.async_tuned!r}): use 'linear', "
+                             "'sqrt' or 'none'.")
+        if self.start not in ("async", "rounds"):
+            raise ValueError(f"AutoConfig(start={self.start!r}): use 'async' or 'rounds'.")
 
 
 def optimal_batch(capacity: float, overhead_s: float, noise_scale: float) -> float:
@@ -150,7 +161,7 @@ class AutoController(BalancedBatches, Component):
         self.config = config or AutoConfig()
         self.num_workers = 0
         self.unit_samples = 1.0
-        self.mode = "async"  # the sync policy's mode: "async" or "rounds" (sized)
+        self.mode = self.config.start  # the sync policy's mode: "async" or "rounds" (sized)
         self._sized_rounds = 0  # sized rounds seen at the last batch choice
         self._asked = None  # the engine's update count when the mode was last decided
         self.gain_now = 1.0
@@ -171,6 +182,9 @@ class AutoController(BalancedBatches, Component):
                 and self.num_workers == num_workers)
         self.num_workers, self.unit_samples = num_workers, float(unit_samples)
         self.set_units(self.units if same else num_workers * step_units, step_units)
+        if not same and self.mode == "rounds":  # started sized: no staleness measured
+            self._correct(None)
+            self.gain_now = self._gain(None, self.units, step_units)
 
     def set_units(self, units: int, step_units: int | None = None) -> None:
         """The sized rounds' global batch (whole dataset batches; :meth:`bind` and the
@@ -316,17 +330,27 @@ class AutoController(BalancedBatches, Component):
         return r * self.correction
 
     def _change(self, engine, monitor, mode: str, why: str) -> None:
-        if mode == "rounds" and self.config.async_tuned:
-            tau = _async_staleness(getattr(monitor, "tasks", []), 4 * self.num_workers)
-            if tau is not None:
-                self.correction = 1.0 + tau
-                why += (f"; steps {1 + tau:.2f}x the gain for the asynchronous steps' mean "
-                        f"staleness {tau:.2f} (the one-batch rate was set for them)")
+        if mode == "rounds":
+            why += self._correct(monitor)
         self.mode = mode
         self._sized_rounds = len([r for r in getattr(monitor, "rounds", []) if r.training])
         self.gain_now = (self._gain(getattr(monitor, "noise", None), self.units,
                                     self.step_units) if mode == "rounds" else 1.0)
         self._record(engine, monitor, why)
+
+    def _correct(self, monitor) -> str:
+        """Sets :attr:`correction` from the asynchronous steps' staleness (measured, else
+        ``N - 1``); returns what to add to the decision's line."""
+        kind = self.config.async_tuned
+        if kind == "none":
+            return ""
+        tau = _async_staleness(getattr(monitor, "tasks", []), 4 * self.num_workers)
+        source = "the asynchronous steps' mean staleness"
+        if tau is None:
+            tau, source = self.num_workers - 1.0, "the staleness of N asynchronous workers"
+        self.correction = (1.0 + tau) if kind == "linear" else math.sqrt(1.0 + tau)
+        return (f"; steps {self.correction:.2f}x the gain for {source}, {tau:.2f} (the "
+                "one-batch rate was set for stale steps)")
 
     def _record(self, engine, monitor, why: str) -> None:
         self.decisions.append((engine.version, self.mode, self.global_batch, self.gain_now,
