@@ -13,9 +13,10 @@ would use there.
   apply measures (:mod:`tf_hetero.policies.noise`); 1 for an asynchronous step.
 
 Every decision is one line in the output when it changes, an ``auto_decision`` event in the
-monitor, and the figures ``auto_mode``, ``auto_global_batch``, ``auto_gain`` in the monitor's
-summary (Keras logs through :class:`tf_hetero.MonitorLogs`). How each choice is made:
-:mod:`tf_hetero.policies.auto`.
+monitor, and the figures ``auto_sized`` (1: sized rounds), ``auto_global_batch`` and
+``auto_gain`` in the monitor's summary, beside the gradient noise (``noise_scale``,
+``grad_variance``, ``grad_sq``; Keras logs and TensorBoard through
+:class:`tf_hetero.MonitorLogs`). How each choice is made: :mod:`tf_hetero.policies.auto`.
 
 The gain multiplies the round's mean gradient, which is a larger step for SGD (with or without
 momentum); optimizers that normalize the gradient's scale (Adam and its kind) would ignore

@@ -236,8 +236,11 @@ class AutoController(BalancedBatches, Component):
 
     # ----------------------------------------------------------------- figures
     def summary(self, rounds, num_workers: int) -> dict:
-        return {"auto_mode": self.mode, "auto_global_batch": self.global_batch,
-                "auto_gain": self.gain_now, "auto_decisions": len(self.decisions)}
+        """Numbers only (Keras logs and TensorBoard take scalars): ``auto_sized`` is 1 while
+        rounds are sized, 0 while steps are asynchronous."""
+        return {"auto_sized": float(self.mode == "rounds"),
+                "auto_global_batch": self.global_batch or 0, "auto_gain": self.gain_now,
+                "auto_decisions": len(self.decisions)}
 
     # --------------------------------------------------------------- decisions
     def after_event(self, book=None) -> None:

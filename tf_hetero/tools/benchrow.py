@@ -422,7 +422,7 @@ def _engine_figures(row: _Row, records) -> tuple[int, dict]:
             {"t_s": t - monitor.t0, **{k: info[k] for k in ("mode", "global_batch", "gain",
                                                              "why")}}
             for t, name, info in monitor.events if name == "auto_decision"]
-        figures.update({k: s.get(k) for k in ("auto_mode", "auto_global_batch", "auto_gain")})
+        figures.update({k: s.get(k) for k in ("auto_sized", "auto_global_batch", "auto_gain")})
     if row.rebalance:
         figures.update(rebalance_figures(strategy.rebalancer, strategy.monitor.rounds))
     return rounds, figures
