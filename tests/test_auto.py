@@ -36,7 +36,8 @@ class _Engine:
 
 
 def _controller(unit_times, **settings):
-    c = AutoController(AutoConfig(**{"window": 4, "async_tuned": False, **settings}))
+    c = AutoController(AutoConfig(**{"window": 4, "async_tuned": False, "start": "async",
+                                     **settings}))
     c.bind(num_workers=len(unit_times), step_units=4, unit_samples=8)
     engine = _Engine(_Monitor(unit_times), len(unit_times))
     c.attach(engine)
@@ -107,7 +108,7 @@ def test_bad_settings_are_refused_with_the_value():
 # -- tasks of two kinds in one engine -----------------------------------------------------
 
 def test_tasks_run_in_the_mode_they_were_made_for_across_a_switch():
-    sync = AutoController(AutoConfig())
+    sync = AutoController(AutoConfig(start="async"))
     sync.bind(2, 1, 8)
     d, clock = FakeDispatcher(), FakeClock()
     engine = RoundEngine(2, sync, sync, d, clock=clock, update_scale=sync)

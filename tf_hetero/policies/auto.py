@@ -56,7 +56,7 @@ was twice the linear rule: benchmarks/results/2026-11-29-lrgrid/). The controlle
 stock-PSS-like steps the rate was tuned on) and multiplies the sized rounds' gain by
 ``1 + tau`` (``async_tuned``).
 
->>> c = AutoController(AutoConfig(window=4, async_tuned=False))
+>>> c = AutoController(AutoConfig(window=4, async_tuned=False, start="async"))
 >>> c.bind(num_workers=2, step_units=4, unit_samples=8)
 >>> class M:                     # worker 1 takes 4x as long per unit
 ...     noise, rounds, tasks = None, [], []
@@ -114,7 +114,7 @@ class AutoConfig:
     min_gain: float = 0.05
     gain: str = "adascale"
     async_tuned: str = "linear"
-    start: str = "async"
+    start: str = "rounds"
 
     def __post_init__(self):
         for name in ("window", "decide_every", "max_batches"):
