@@ -75,6 +75,10 @@ class AutoStrategy(HeteroStrategy):
                 "with the gradient, so the gain of a larger batch (AdaScale) cannot be "
                 "applied. Fix: compile with tf_keras.optimizers.SGD (momentum allowed), or use "
                 "HPSStrategy with a learning rate for its round's batch.")
+        if optimizer is not None:  # a schedule moves on by each update's gain (AdaScale)
+            from tf_hetero.strategies.runtime.schedule import install
+
+            install(optimizer, self)
 
     def fit_line(self, plan: dict) -> str:
         c = self.controller

@@ -31,13 +31,14 @@ PURE = [
     "tf_hetero.sim.dispatcher", "tf_hetero.sim.run", "tf_hetero.sim.calibrate",
     "tf_hetero.sim.validate", "tf_hetero.sim.sweep", "tf_hetero.tools.sim", "tf_hetero.patching",
     "tf_hetero.tools.scenarios", "tf_hetero.policies.lr", "tf_hetero.tools.benchconfig",
-    "tf_hetero.tools.report",
+    "tf_hetero.tools.report", "tf_hetero.policies.noise", "tf_hetero.policies.auto",
 ]
 #: Modules whose examples need TensorFlow (imported, no cluster).
 WITH_TF = ["tf_hetero", "tf_hetero.strategies.presets", "tf_hetero.strategies.runtime.fitplan",
            "tf_hetero.strategies.runtime.accumulate", "tf_hetero.strategies.runtime.quantize",
            "tf_hetero.emulation.ps", "tf_hetero.tools.benchrow", "tf_hetero.data",
-           "tf_hetero.strategies.runtime.closures", "tf_hetero.strategies.runtime.callbacks"]
+           "tf_hetero.strategies.runtime.closures", "tf_hetero.strategies.runtime.callbacks",
+           "tf_hetero.strategies.runtime.schedule"]
 
 
 @pytest.mark.parametrize("name", PURE + WITH_TF)

@@ -306,6 +306,8 @@ class Accumulators:
         strategy = self.strategy
         # A variable no write has decided yet stays dense from now on: the apply is traced.
         self._frozen = True
+        schedule = getattr(optimizer, "_tf_hetero_schedule", None)  # runtime/schedule.py
+        tau_extra = schedule.extra if schedule is not None else None
         sparse = [self._mode.get(i) == "sparse" for i in range(len(self.acc))]
 
         @tf.function
@@ -361,8 +363,11 @@ class Accumulators:
                 stats = [tf.cast(n_own, tf.float64), tf.reduce_sum(tf.cast(own, tf.float64)),
                          tf.add_n(own_sq) if own_sq else zero,
                          tf.add_n(lane_sq) if lane_sq else zero]
-                with tf.control_dependencies(
-                        [optimizer.apply_gradients(zip(grads, self.variables))]):
+                done = [optimizer.apply_gradients(zip(grads, self.variables))]
+                if tau_extra is not None:  # a scale-invariant schedule moves on by the gain
+                    with tf.control_dependencies(done):
+                        done = [tau_extra.assign_add(tf.cast(scale, tau_extra.dtype) - 1.0)]
+                with tf.control_dependencies(done):
                     return tf.stack([tf.cast(applied, tf.float64), norm] + stats)
 
             return strategy.run(step)
