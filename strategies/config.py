@@ -440,7 +440,7 @@ def auto(workers: int | None = None, *, granularity: int | None = None, settings
 
     >>> c = auto(4)
     >>> c.sync is c.assign is c.update_scale is c.components[0], c.sync.mode, c.granule
-    (True, 'async', 8)
+    (True, 'rounds', 8)
     """
     from tf_hetero.policies.auto import AutoConfig, AutoController
 
