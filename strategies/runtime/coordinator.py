@@ -68,8 +68,9 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         #: The fit (:attr:`errors_reached_user`) whose error to the user was the end of the data.
         self.ran_out_in = None
         # Every training step's loss: a diverging or collapsed fit stops (runtime/divergence.py).
+        # (A strategy that switches to asynchronous steps may apply a step's NaN itself.)
         self.losses = LossWatch(self, applied_on_worker=(
-            self.engine is None or not self.engine.rounds_mode))
+            self.engine is None or not self.engine.rounds_mode or self.config.switches_modes))
         # Deadlines and task transfer need time to pass: a ticker runs while the engine has
         # work (started by schedule, ends once idle).
         self.ticker, self.ticker_lock = None, threading.Lock()
