@@ -164,6 +164,7 @@ class AutoController(BalancedBatches, Component):
         self.mode = self.config.start  # the sync policy's mode: "async" or "rounds" (sized)
         self._sized_rounds = 0  # sized rounds seen at the last batch choice
         self._asked = None  # the engine's update count when the mode was last decided
+        self._start: str | None = None  # the starting decision, said at the first event
         self.gain_now = 1.0
         #: ``1 + tau`` (``async_tuned``): the one-batch rate's correction for fresh steps.
         self.correction = 1.0
@@ -183,8 +184,10 @@ class AutoController(BalancedBatches, Component):
         self.num_workers, self.unit_samples = num_workers, float(unit_samples)
         self.set_units(self.units if same else num_workers * step_units, step_units)
         if not same and self.mode == "rounds":  # started sized: no staleness measured
-            self._correct(None)
+            why = self._correct(None)
             self.gain_now = self._gain(None, self.units, step_units)
+            self._start = (f"starts with rounds sized by speed, global batch "
+                           f"{self.global_batch} samples (one dataset batch per worker){why}")
 
     def set_units(self, units: int, step_units: int | None = None) -> None:
         """The sized rounds' global batch (whole dataset batches; :meth:`bind` and the
@@ -250,6 +253,9 @@ class AutoController(BalancedBatches, Component):
         monitor = getattr(engine, "monitor", None)
         if engine is None or monitor is None or not self.bound:
             return
+        if self._start is not None:  # said once the fit runs (the engine exists by then)
+            why, self._start = self._start, None
+            self._record(engine, monitor, why)
         n = engine.num_workers
         if self.mode == "rounds" or self._asked is None or engine.version - self._asked >= n:
             self._asked = engine.version

@@ -197,6 +197,11 @@ class Simulation:
             "num_classes": 10,
             "stopped": None if self.error is None else str(self.error),
             "simulated": True,
+            **self.monitor.noise.summary(),
+            **({"auto_decisions": [{"t_s": t, **{k: info[k] for k in (
+                "mode", "global_batch", "gain", "why")}}
+                for t, name, info in self.monitor.events if name == "auto_decision"]}
+               if self.config.switches_modes else {}),
         }
 
 

@@ -125,7 +125,28 @@ def format_table(results: list[dict], cfg, ideal: float) -> str:
         lines += ["", f"Samples computed other than the budget ({cfg.tasks} x {cfg.batch_size} = "
                       f"{budget}): {', '.join(off_budget)}; their final accuracy is at that "
                       "many samples."]
-    return "\n".join(lines + _breakdown_lines(results) + _cpu_lines(results))
+    return "\n".join(lines + _breakdown_lines(results) + _cpu_lines(results)
+                     + decision_lines(results))
+
+
+def decision_lines(results: list[dict]) -> list[str]:
+    """What the adaptive rows decided, and when (seconds from the fit's start): one line
+    per row, each decision's mode, global batch and step gain.
+
+    >>> decision_lines([{"strategy": "auto", "auto_decisions": [
+    ...     {"t_s": 2.5, "mode": "rounds", "global_batch": 128, "gain": 4.0, "why": "..."}]}])
+    ['', 'Decisions of the adaptive rows (s from the start: mode, global batch, step over the one-batch rate):', '- auto: 2.5 s sized 128 x4.00']
+    """
+    rows = [r for r in results if r.get("auto_decisions")]
+    if not rows:
+        return []
+    out = ["", "Decisions of the adaptive rows (s from the start: mode, global batch, step "
+               "over the one-batch rate):"]
+    for r in rows:
+        steps = "; ".join(f"{d['t_s']:.1f} s {'sized' if d['mode'] == 'rounds' else 'async'} "
+                          f"{d['global_batch']} x{d['gain']:.2f}" for d in r["auto_decisions"])
+        out.append(f"- {r['strategy']}: {steps}")
+    return out
 
 
 def _settings_line(cfg) -> str:
