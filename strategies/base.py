@@ -218,8 +218,17 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
 
     # ----------------------------------------------------- sized tasks' data
     def distribute_datasets_from_function(self, dataset_fn, options=None):
-        if self._hetero_config.granule is None or self.fit_state.whole_batches:
+        if self.fit_state.whole_batches:
             return super().distribute_datasets_from_function(dataset_fn, options)
+        if self._hetero_config.granule is None:  # a lane's unit is the dataset's batch
+            def measured(input_context):
+                from tf_hetero.strategies.runtime.granules import dataset_batch
+
+                dataset = dataset_fn(input_context)
+                self.monitor.unit_samples = dataset_batch(dataset) or self.monitor.unit_samples
+                return dataset
+
+            return super().distribute_datasets_from_function(measured, options)
 
         def granular(input_context):
             return self._granulate(dataset_fn(input_context))
