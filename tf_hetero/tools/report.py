@@ -20,6 +20,8 @@ reach the target counts in a row's median time to target as the slowest run, not
 
 from __future__ import annotations
 
+import math
+
 import json
 import os
 import statistics
@@ -126,7 +128,22 @@ def format_table(results: list[dict], cfg, ideal: float) -> str:
                       f"{budget}): {', '.join(off_budget)}; their final accuracy is at that "
                       "many samples."]
     return "\n".join(lines + _breakdown_lines(results) + _cpu_lines(results)
-                     + decision_lines(results))
+                     + noise_lines(results) + decision_lines(results))
+
+
+def noise_lines(results: list[dict]) -> list[str]:
+    """The gradient noise the round rows measured (policies/noise.py): the noise scale in
+    samples, at the end of the reported run.
+
+    >>> noise_lines([{"strategy": "hps", "noise_scale": 412.3}, {"strategy": "pss"}])
+    ['', "Gradient noise scale at the end (samples; measured by the rounds' applies): hps 412"]
+    """
+    rows = [(r["strategy"], r.get("noise_scale")) for r in results]
+    rows = [(name, b) for name, b in rows if b is not None and math.isfinite(b)]
+    if not rows:
+        return []
+    return ["", "Gradient noise scale at the end (samples; measured by the rounds' applies): "
+            + ", ".join(f"{name} {b:.0f}" for name, b in rows)]
 
 
 def decision_lines(results: list[dict]) -> list[str]:
