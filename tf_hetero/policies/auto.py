@@ -113,7 +113,7 @@ class AutoConfig:
     max_batches: int = 8
     min_gain: float = 0.05
     gain: str = "adascale"
-    async_tuned: str = "linear"
+    async_tuned: str = "sqrt"
     start: str = "rounds"
 
     def __post_init__(self):
