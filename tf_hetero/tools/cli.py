@@ -3,7 +3,7 @@
     tf-hetero launch [-- PROGRAM ARGS...]     serve this process's TF_CONFIG role
     tf-hetero run --workers N --ps M [--profile SPEC] -- PROGRAM ARGS...
                                               a whole local cluster, PROGRAM as chief
-    tf-hetero demo [--strategies pss,hps,epsp,bsp | --strategy X] [--profile slow=3:4 ...]
+    tf-hetero demo [--strategies pss,auto,hps,epsp,bsp | --strategy X] [--profile slow=3:4 ...]
     tf-hetero tfconfig --name JOB --workers N --ps M [--namespace NS --port 2222 --json]
     tf-hetero bench --strategies pss,bsp,backup,ssp --workers 4 --ps 2 --profile slow=3:4
     tf-hetero sim --strategies bsp,epsp --workers 4,16,64,256,1000   (simulated; docs/SIMULATOR.md)
@@ -302,7 +302,7 @@ def _demo_parser(sub, common, strategy_help: str) -> None:
     demo.add_argument("--workers", type=int, default=4)
     demo.add_argument("--ps", type=int, default=2)
     demo.add_argument("--profile", default="slow=3:4")
-    demo.add_argument("--strategies", default="pss,hps,epsp,bsp",
+    demo.add_argument("--strategies", default="pss,auto,hps,epsp,bsp",
                       help="the strategies compared (pss is always run); the benchmark's data, "
                            "sample budget and learning-rate rule")
     demo.add_argument("--strategy", default=None,
