@@ -208,6 +208,23 @@ def test_lr_grid_reports_each_strategy_at_its_best_non_diverged_rate():
         BenchConfig(strategies=("bsp",), lr_factors=())
 
 
+def test_a_momentum_grid_is_reported_per_lr_and_momentum_and_writes_as_json():
+    import json
+
+    from tf_hetero.tools.report import summarize
+
+    def run(factor, momentum, ttt):
+        r = _run("pss", 100.0, ttt)
+        r.update(lr_factor=factor, momentum=momentum, final_accuracy=0.95)
+        return r
+
+    runs = [run(1.0, 0.9, 9.0), run(1.0, 0.0, 7.0), run(2.0, 0.9, None)]
+    (row,) = summarize(runs, ("pss",), num_classes=10)
+    assert (row["lr_factor"], row["momentum"]) == (1.0, 0.0)  # the best point of the grid
+    assert row["lr_grid"] == {"1.0 m=0.9": 9.0, "1.0 m=0.0": 7.0, "2.0 m=0.9": None}
+    json.dumps(row)  # the report file takes it (a tuple key did not)
+
+
 def test_a_row_stopped_by_the_divergence_guard_is_never_the_best_rate():
     """A fit that stopped on the divergence guard is marked diverged even when the accuracy
     reached before the stop looks fine, so the lr grid picks a rate that trained through."""

@@ -75,6 +75,11 @@ def _loop(ref, work) -> None:
         except Exception as e:  # pylint: disable=broad-except
             engine.fail(translate(e))  # e.g. a PS went away: the user gets the clear error
         else:
-            engine.apply_finished(round_id, int(round(applied)), grad_norm=norm,
-                                  gradient=GradientSample(*stats))
+            try:
+                engine.apply_finished(round_id, int(round(applied)), grad_norm=norm,
+                                      gradient=GradientSample(*stats))
+            except Exception as e:  # pylint: disable=broad-except
+                # A fault of ours past the apply must still end the fit: a dead apply
+                # thread would leave every later round waiting for its apply.
+                engine.fail(e)
         del coordinator, engine

@@ -64,8 +64,10 @@ def summarize(runs: list[dict], strategies, num_classes: int = 10) -> list[dict]
                                   for r in mine)
             candidates.append(row)
         ttt = [c["spread"]["time_to_target_s"]["median"] for c in candidates]
+        # Keys are JSON keys: the lr factor, or "factor m=momentum" where momentum is gridded.
         grid = {(c.get("lr_factor", 1.0) if c.get("momentum") is None else
-                 (c.get("lr_factor", 1.0), c["momentum"])): t for c, t in zip(candidates, ttt)}
+                 f"{c.get('lr_factor', 1.0)} m={c['momentum']}"): t
+                for c, t in zip(candidates, ttt)}
         ok = [c for c in candidates if not c["diverged"]] or candidates
         best = min(ok, key=lambda c: (c["spread"]["time_to_target_s"]["median"] is None,
                                       c["spread"]["time_to_target_s"]["median"] or 0.0,
