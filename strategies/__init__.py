@@ -16,7 +16,7 @@ _EXPORTS = {
     "BackupWorkerStrategy": "presets", "SSPStrategy": "presets",
     "EPSPStrategy": "epsp", "HPSStrategy": "hps",
     "GroupedSyncStrategy": "grouped", "DynSGDStrategy": "grouped",
-    "CASPStrategy": "casp",
+    "CASPStrategy": "casp", "AutoStrategy": "auto",
     "ParameterServerError": "runtime.errors",
 }
 

@@ -119,6 +119,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         #: (:mod:`tf_hetero.hooks`).
         self.push_hook = hooks.PushHook()
         self.dataset_batch = None  # sized tasks: the workers' dataset batch size, once seen
+        self.granule = config.granule  # sized tasks: samples per unit, once the data is seen
         #: What tf-hetero's wraps of tf_keras note on it (runtime/fitplan.py).
         self.fit_state = FitState()
         #: Goes up with every variable moved to another PS (rebalancing, scale_ps): tf_keras
@@ -193,6 +194,19 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
             rebalancer.controller.active = active
             rebalancer.scale_to = active  # existing variables: at the next round boundary
 
+    def fit_starts(self, model) -> None:
+        """Called when a ``fit`` schedules its first training step (``model``: its model, if
+        known): a strategy that cannot train it raises here, before any step runs."""
+
+    def fit_line(self, plan: dict) -> str | None:
+        """The line said when a ``fit`` starts under rounds (``plan``: its steps, epochs,
+        steps per epoch and per execution): how many updates it makes and the rate rule."""
+        from tf_hetero.strategies.runtime.fitplan import plan_line
+
+        engine = self.engine
+        return plan_line(type(self).__name__, workers=engine.num_workers,
+                         groups=len(engine.groups) or 1, round_steps=engine.round_steps, **plan)
+
     @property
     def rebalancer(self):
         """The live rebalancer (its ``controller``, ``moves``, ``pauses``), or ``None``."""
@@ -204,8 +218,17 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
 
     # ----------------------------------------------------- sized tasks' data
     def distribute_datasets_from_function(self, dataset_fn, options=None):
-        if self._hetero_config.granule is None or self.fit_state.whole_batches:
+        if self.fit_state.whole_batches:
             return super().distribute_datasets_from_function(dataset_fn, options)
+        if self._hetero_config.granule is None:  # a lane's unit is the dataset's batch
+            def measured(input_context):
+                from tf_hetero.strategies.runtime.granules import dataset_batch
+
+                dataset = dataset_fn(input_context)
+                self.monitor.unit_samples = dataset_batch(dataset) or self.monitor.unit_samples
+                return dataset
+
+            return super().distribute_datasets_from_function(measured, options)
 
         def granular(input_context):
             return self._granulate(dataset_fn(input_context))
@@ -219,15 +242,19 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
 
     def _granulate(self, dataset):
         """The workers' data in granules; fixes the round's global batch in granules."""
-        from tf_hetero.strategies.runtime.granules import granulate
+        from tf_hetero.strategies.runtime.granules import dataset_batch, granulate
 
         c = self._hetero_config
-        dataset, batch = granulate(dataset, c.granule, type(self).__name__)
-        workers = tfcompat.strategy.num_workers(self)
-        global_batch = c.global_batch or (c.round_batches or workers) * batch
-        if global_batch % c.granule:
-            raise ValueError(f"{type(self).__name__}(global_batch={global_batch}) is not a "
-                             f"multiple of granularity={c.granule}.")
+        known = dataset_batch(dataset)
+        #: Samples per work unit of this strategy's sized tasks (the configured granule, or
+        #: a divisor of the dataset's batch: EngineConfig.granule_for).
+        self.granule = c.granule_for(known) if known else c.granule
+        dataset, batch = granulate(dataset, self.granule, type(self).__name__)
+        # A round covers global_batch / batch of fit's steps whoever runs it (the steps
+        # beyond its tasks are absorbed): a fit of S steps reads S batches.
+        global_batch = c.bind_data(tfcompat.strategy.num_workers(self), batch,
+                                   type(self).__name__)
+        self.monitor.unit_samples = self.granule  # a lane's units, for the gradient noise
         if self.dataset_batch is not None and self.dataset_batch != batch:
             # Said, not silent: evaluation data made this way would change training's rounds.
             print(f"[tf-hetero] {type(self).__name__}: a dataset of batch {batch} was "
@@ -236,9 +263,6 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
                   "it inside `with strategy.whole_batches():`.", flush=True)
         #: The dataset's batch size: emulated device time is per such batch (tf_hetero.emulate).
         self.dataset_batch = batch
-        # A round covers global_batch / batch of fit's steps whoever runs it (the steps
-        # beyond its tasks are absorbed): a fit of S steps reads S batches.
-        c.assign.set_units(global_batch // c.granule, batch // c.granule)
         return dataset
 
     def whole_batches(self):

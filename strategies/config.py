@@ -23,17 +23,21 @@ ValueError: BackupWorkerStrategy(backups=4) with 4 workers: need an integer from
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from tf_hetero import policies
 from tf_hetero.engine import LateFolding, LocalAccumulation, TaskTransfer
 from tf_hetero.engine.api import ReportsFigures
 
 __all__ = ["EngineConfig", "batch_sizes", "asp", "bsp", "backup", "ssp", "epsp", "hps",
-           "grouped", "dynsgd", "casp",
-           "EPSP_TICK_S", "CODECS", "check_epsp_modes"]
+           "grouped", "dynsgd", "casp", "auto",
+           "EPSP_TICK_S", "CODECS", "GRANULE", "check_epsp_modes"]
 
 #: Push codecs of H-PS by canonical name (:mod:`tf_hetero.strategies.runtime.quantize`).
 CODECS = ("fp32", "fp16", "int8", "int4")
+#: Samples per work unit of sized tasks unless a granularity is given (a divisor of the
+#: dataset's batch is taken when 8 does not divide it).
+GRANULE = 8
 #: EPSP: seconds between engine ticks: how late a slack deadline or a transfer can fire.
 EPSP_TICK_S = 0.005
 
@@ -66,6 +70,11 @@ class EngineConfig:
     #: one batch (:mod:`tf_hetero.strategies.runtime.granules`); ``assign`` must size tasks
     #: (``set_units``). ``None``: a task reads one dataset batch per step.
     granule: int | None = None
+    #: Sized tasks: ``granule`` was asked for (a granularity, global batch, min_samples or
+    #: memory budget given): a dataset batch it does not divide is refused. ``False``: the
+    #: default granule, which a batch it does not divide replaces by their greatest common
+    #: divisor (:meth:`granule_for`).
+    granule_fixed: bool = True
     #: Sized tasks: samples per round (``None``: ``round_batches`` x the dataset's batch).
     global_batch: int | None = None
     #: Sized tasks: dataset batches per round when ``global_batch`` is not given (``None``:
@@ -94,9 +103,55 @@ class EngineConfig:
                 or bool(self.components))
 
     @property
+    def switches_modes(self) -> bool:
+        """Does the sync policy switch between rounds and asynchronous steps during a fit
+        (the adaptive strategy)? Then every step is traced both ways, each task is made for
+        the mode current when it is scheduled, and at most ``sync.max_pending`` are queued."""
+        return bool(getattr(self.sync, "switches", False))
+
+    @property
     def local(self) -> LocalAccumulation | None:
         """The local-accumulation component (H-PS), if any."""
         return next((c for c in self.components if isinstance(c, LocalAccumulation)), None)
+
+    def granule_for(self, batch: int) -> int | None:
+        """The granule a dataset of ``batch`` samples per step is re-batched into: the
+        configured one, or (the default, ``granule_fixed=False``) the greatest common divisor
+        of the batch and it when it does not divide the batch (tf_keras's own PS tests use
+        batches of 2, 4 and 12).
+
+        >>> hps(4).granule_for(32), hps(4).granule_for(12), hps(4).granule_for(2)
+        (8, 4, 2)
+        >>> hps(4, granularity=8).granule_for(12)
+        8
+        """
+        g = self.granule
+        if g is None or self.granule_fixed or batch % g == 0:
+            return g
+        return math.gcd(batch, g)
+
+    def bind_data(self, workers: int, batch: int, who: str = "") -> int:
+        """Sized tasks, once the dataset's batch is known: the round's global batch in
+        granules for the assignment policy (its ``bind`` if it has one: the adaptive
+        strategy's controller, which keeps the batch it chose); returns the global batch in
+        samples.
+        The strategy (``HeteroStrategy._granulate``) and the simulator both call it.
+
+        >>> c = hps(4)
+        >>> c.bind_data(4, 32), c.assign.units, c.assign.step_units
+        (128, 16, 4)
+        """
+        g = self.granule_for(batch)
+        global_batch = self.global_batch or (self.round_batches or workers) * batch
+        if global_batch % g:
+            raise ValueError(f"{who or self.name}(global_batch={global_batch}) is not a "
+                             f"multiple of granularity={g}.")
+        bind = getattr(self.assign, "bind", None)
+        if bind is not None:
+            bind(workers, batch // g, g)
+            return self.assign.units * g
+        self.assign.set_units(global_batch // g, batch // g)
+        return global_batch
 
     def summaries(self) -> list:
         """Policies' own monitor figures (``summary(rounds, num_workers)``)."""
@@ -108,8 +163,9 @@ def batch_sizes(who: str, workers: int, global_batch, granularity, min_samples=N
                 memory_budget=None, alpha=policies.estimate.DEFAULT_ALPHA, round_batches=None):
     """The :class:`~tf_hetero.policies.BalancedBatches` of a strategy with per-worker batch
     sizes: every setting in samples, checked before connecting (errors name ``who``), then
-    converted to granules."""
-    g = granularity
+    converted to granules. ``granularity=None``: :data:`GRANULE` samples, or a divisor of the
+    dataset's batch when it does not divide it (:meth:`EngineConfig.granule_for`)."""
+    g = GRANULE if granularity is None else granularity
     if not isinstance(g, int) or isinstance(g, bool) or g < 1:
         raise ValueError(f"{who}(granularity={g!r}): need samples >= 1 (e.g. 8).")
     if round_batches is not None:
@@ -196,7 +252,7 @@ def check_epsp_modes(sync: str, late: str) -> None:
 
 def epsp(workers: int, *, sync: str = "enforced", round_tasks: int | None = None,
          global_batch: int | None = None, round_batches: int | None = None,
-         granularity: int = 8, straggler_factor: float = 1.5, window: int = 8,
+         granularity: int | None = None, straggler_factor: float = 1.5, window: int = 8,
          probe_every: int = 8, transfer_factor: float | None = 1.5, quorum: float = 0.75,
          deadline_factor: float = 2.0, late: str = "fold", max_staleness: int = 8,
          stall_timeout_s: float = 600.0) -> EngineConfig:
@@ -206,7 +262,7 @@ def epsp(workers: int, *, sync: str = "enforced", round_tasks: int | None = None
     if round_tasks is None:  # per-worker batch sizes
         batches = batch_sizes("EPSPStrategy", workers, global_batch, granularity,
                               round_batches=round_batches)
-        granule, round_tasks = granularity, workers
+        granule, round_tasks = granularity or GRANULE, workers
     elif global_batch is not None or round_batches is not None:
         raise ValueError("EPSPStrategy: give global_batch or round_batches (per-worker "
                          "batch sizes) or round_tasks (pulled micro-batch tasks), not both.")
@@ -231,12 +287,13 @@ def epsp(workers: int, *, sync: str = "enforced", round_tasks: int | None = None
                                            keep_stragglers=slack, batches=batches),
         components=tuple(components), tick_s=EPSP_TICK_S, stall_timeout_s=stall_timeout_s,
         granule=granule, global_batch=global_batch, round_batches=round_batches,
+        granule_fixed=granularity is not None or global_batch is not None,
         # A slack round closes at a quorum: its step follows the samples it averages.
         update_scale=policies.SampledScale() if slack else None)
 
 
 def hps(workers: int, *, codec: str = "fp32", global_batch: int | None = None,
-        round_batches: int | None = None, granularity: int = 8, min_samples: int | None = None,
+        round_batches: int | None = None, granularity: int | None = None, min_samples: int | None = None,
         memory_budget=None, round_tasks: int | None = None, min_tasks: int = 1,
         alpha: float = policies.estimate.DEFAULT_ALPHA, pipeline: bool = False,
         overlap: bool = False, stall_timeout_s: float = 600.0) -> EngineConfig:
@@ -250,7 +307,7 @@ def hps(workers: int, *, codec: str = "fp32", global_batch: int | None = None,
     if round_tasks is None:
         assign, granule = batch_sizes("HPSStrategy", workers, global_batch, granularity,
                                       min_samples, memory_budget, alpha,
-                                      round_batches), granularity
+                                      round_batches), granularity or GRANULE
     else:
         if global_batch is not None or round_batches is not None:
             raise ValueError("HPSStrategy: give global_batch or round_batches (per-worker "
@@ -269,6 +326,8 @@ def hps(workers: int, *, codec: str = "fp32", global_batch: int | None = None,
                         sync=policies.AllTasks(overlap), assign=assign,
                         components=() if direct else (LocalAccumulation(mode),),
                         codec=codec, stall_timeout_s=stall_timeout_s, granule=granule,
+                        granule_fixed=any(v is not None for v in (
+                            granularity, global_batch, min_samples, memory_budget)),
                         global_batch=global_batch, round_batches=round_batches)
 
 
@@ -291,7 +350,7 @@ def _shares(workers, round_tasks, min_tasks, memory_budget, alpha):
 
 
 def grouped(workers: int, *, groups=2, regroup_every: int = 10, lr_rule: str = "linear",
-            staleness: str = "none", batch_sizes: bool = False, granularity: int = 8,
+            staleness: str = "none", batch_sizes: bool = False, granularity: int | None = None,
             stall_timeout_s: float = 600.0) -> EngineConfig:
     """Grouped hybrid sync (arguments: :class:`~tf_hetero.strategies.grouped.GroupedSyncStrategy`).
 
@@ -331,9 +390,10 @@ def _groups_config(name, grouping, lr_rule, staleness, sized, granularity, stall
     if sized:
         # workers only matters for a global_batch check, and grouped sync has none: a
         # group's batch is its members' dataset batches.
-        assign, granule = batch_sizes(who, 1, None, granularity), granularity
+        assign, granule = batch_sizes(who, 1, None, granularity), granularity or GRANULE
         name += "-sized"
     return EngineConfig(name, sync=policies.AllTasks(), assign=assign, granule=granule,
+                        granule_fixed=granularity is not None,
                         grouping=grouping, update_scale=policies.GroupScale(lr_rule, staleness),
                         stall_timeout_s=stall_timeout_s)
 
@@ -352,7 +412,7 @@ def dynsgd(workers: int, *, stall_timeout_s: float = 600.0) -> EngineConfig:
 
 def casp(workers: int, *, agent=None, decide_every: int = 10, greedy: bool = True,
          lr_rule: str = "linear", staleness: str = "none", batch_sizes: bool = False,
-         granularity: int = 8, stall_timeout_s: float = 600.0) -> EngineConfig:
+         granularity: int | None = None, stall_timeout_s: float = 600.0) -> EngineConfig:
     """CASP (arguments: :class:`~tf_hetero.strategies.casp.CASPStrategy`): grouped sync
     whose communities the agent of :mod:`tf_hetero.policies.community` decides.
 
@@ -369,3 +429,30 @@ def casp(workers: int, *, agent=None, decide_every: int = 10, greedy: bool = Tru
         raise ValueError(f"CASPStrategy: {e}") from None
     return _groups_config("casp", grouping, lr_rule, staleness, batch_sizes, granularity,
                           stall_timeout_s, "CASPStrategy")
+
+
+def auto(workers: int | None = None, *, granularity: int | None = None, settings=None,
+         stall_timeout_s: float = 600.0) -> EngineConfig:
+    """The adaptive strategy (:class:`~tf_hetero.strategies.auto.AutoStrategy`): one
+    :class:`~tf_hetero.policies.auto.AutoController` is its sync policy (sized rounds or
+    asynchronous steps), its assignment (the sized rounds' global batch), its update scale
+    (the step's gain) and a component (the decisions).
+
+    >>> c = auto(4)
+    >>> c.sync is c.assign is c.update_scale is c.components[0], c.sync.mode, c.granule
+    (True, 'rounds', 8)
+    """
+    from tf_hetero.policies.auto import AutoConfig, AutoController
+
+    g = GRANULE if granularity is None else granularity
+    if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+        raise ValueError(f"AutoStrategy(granularity={granularity!r}): need samples >= 1 "
+                         "(e.g. 8).")
+    if settings is not None and not isinstance(settings, AutoConfig):
+        raise TypeError(f"AutoStrategy(settings={settings!r}): need a "
+                        "tf_hetero.policies.auto.AutoConfig.")
+    controller = AutoController(settings)
+    return EngineConfig("auto", sync=controller, assign=controller, granule=g,
+                        granule_fixed=granularity is not None,
+                        components=(controller,), update_scale=controller,
+                        stall_timeout_s=stall_timeout_s)

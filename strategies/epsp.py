@@ -59,7 +59,7 @@ class EPSPStrategy(HeteroStrategy):
     def __init__(self, cluster_resolver, variable_partitioner=None, *, sync: str = "enforced",
                  round_tasks: int | None = None, global_batch: int | None = None,
                  round_batches: int | None = None,
-                 granularity: int = 8, straggler_factor: float = 1.5,
+                 granularity: int | None = None, straggler_factor: float = 1.5,
                  window: int = 8, probe_every: int = 8, transfer_factor: float | None = 1.5,
                  quorum: float = 0.75, deadline_factor: float = 2.0, late: str = "fold",
                  max_staleness: int = 8, stall_timeout_s: float = 600.0,

@@ -45,7 +45,7 @@ class GroupedSyncStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, groups=2,
                  regroup_every: int = 10, lr_rule: str = "linear", staleness: str = "none",
-                 batch_sizes: bool = False, granularity: int = 8,
+                 batch_sizes: bool = False, granularity: int | None = None,
                  stall_timeout_s: float = 600.0,
                  placement="round_robin", connect_timeout_s: float | None = None,
                  rebalance=None):

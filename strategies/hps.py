@@ -57,7 +57,7 @@ class HPSStrategy(HeteroStrategy):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
                  global_batch: int | None = None, round_batches: int | None = None,
-                 granularity: int = 8,
+                 granularity: int | None = None,
                  min_samples: int | None = None, memory_budget=None,
                  round_tasks: int | None = None, min_tasks: int = 1,
                  alpha: float = policies.estimate.DEFAULT_ALPHA, pipeline: bool = False,

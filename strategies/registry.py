@@ -3,7 +3,7 @@ need to know of its strategy: how to build it, what a number after its name mean
 many micro-batches one update averages (the learning-rate rule).
 
 >>> names()
-['asp', 'backup', 'bsp', 'casp', 'caspsized', 'dynsgd', 'epsp', 'epspslack', 'grouped', 'groupedsized', 'hps', 'hpsfp', 'hpsint', 'hpsoverlap', 'hpspipe', 'pss', 'ssp']
+['asp', 'auto', 'backup', 'bsp', 'casp', 'caspsized', 'dynsgd', 'epsp', 'epspslack', 'grouped', 'groupedsized', 'hps', 'hpsfp', 'hpsint', 'hpsoverlap', 'hpspipe', 'pss', 'ssp']
 >>> parse("backup2"), parse("ssp"), parse("bsp")
 (('backup', 2), ('ssp', 3), ('bsp', None))
 >>> updates_per_round("backup1", 4), updates_per_round("hps", 4), updates_per_round("hps16", 4)
@@ -215,6 +215,9 @@ def _builtin():
                                       batch_sizes=True), default_arg=2, arg="groups",
              updates=lambda n, a: n,
              help="grouped sync, each group's batches split across its members by speed")
+    register("auto", **preset("AutoStrategy", "auto"),
+             help="adaptive: async or sized rounds, global batch and step chosen from the "
+                  "measured speeds and gradient noise (give it the one-batch rate)")
     register("caspsized", **preset("CASPStrategy", "casp", batch_sizes=True),
              updates=lambda n, a: n,
              help="CASP, each community's batches split across its members by speed")

@@ -67,6 +67,7 @@ _EXPORTS = {
     "GroupedSyncStrategy": "tf_hetero.strategies",
     "DynSGDStrategy": "tf_hetero.strategies",
     "CASPStrategy": "tf_hetero.strategies",
+    "AutoStrategy": "tf_hetero.strategies",
     "ParameterServerError": "tf_hetero.strategies",
     "DivergenceError": "tf_hetero.policies.diverge",
 }

@@ -79,7 +79,8 @@ import tensorflow as tf
 from tf_hetero.engine import OVERWRITE
 from tf_hetero.strategies.runtime.taskcode import LANE_CODE, decode_code, decode_size
 
-__all__ = ["Accumulators", "dense", "weigh", "unique_rows", "current_worker"]
+__all__ = ["Accumulators", "dense", "weigh", "unique_rows", "current_worker",
+           "GRADIENT_STATS"]
 
 def current_worker() -> tf.Tensor:
     """The index of the worker running the current function (int64)."""
@@ -292,13 +293,21 @@ class Accumulators:
         variable's mean goes to the optimizer as ``IndexedSlices`` of the rows the included
         lanes wrote (unique, sorted), as a stock step on the concatenated batch passes
         ``IndexedSlices``. Returns ``[micro-batches it
-        contains, global norm of the mean gradient]`` (float64); a gradient that is not finite
-        goes in as zeros (the weights stay finite; a momentum optimizer still moves once) and
-        the engine stops training (:mod:`tf_hetero.policies.diverge`).
+        contains, global norm of the mean gradient, GRADIENT_STATS...]`` (float64); a gradient
+        that is not finite goes in as zeros (the weights stay finite; a momentum optimizer
+        still moves once) and the engine stops training (:mod:`tf_hetero.policies.diverge`).
+
+        The gradient statistics (:class:`~tf_hetero.policies.noise.GradientSample`) are of
+        the round's own lanes (weight 1) and its dense variables: the units in them, how many
+        lanes are not empty, the squared norm of their mean (before ``scale``) and
+        ``sum_l |s_l|^2 / n_l`` over them, each computed on the variable's PS (one more
+        scalar per variable reaches the chief).
         """
         strategy = self.strategy
         # A variable no write has decided yet stays dense from now on: the apply is traced.
         self._frozen = True
+        schedule = getattr(optimizer, "_tf_hetero_schedule", None)  # runtime/schedule.py
+        tau_extra = schedule.extra if schedule is not None else None
         sparse = [self._mode.get(i) == "sparse" for i in range(len(self.acc))]
 
         @tf.function
@@ -312,10 +321,18 @@ class Accumulators:
                 # reach the chief, where the apply runs (applier.py); the optimizer's updates
                 # are colocated with the variables. So an apply moves no gradient over the
                 # network (as a worker-side apply did: there, twice).
-                grads, squares = [], []
+                grads, squares, own_sq, lane_sq = [], [], [], []
+                own = tf.cast(tf.equal(valid, 1.0), weights.dtype) * tf.cast(counts > 0,
+                                                                              weights.dtype)
+                n_own = tf.reduce_sum(own * counts)
                 for i, acc in enumerate(self.acc):
                     with tf.device(acc.device):
                         w = tf.cast(tf.transpose(valid), acc.dtype)  # [slot, lane]
+                        if not sparse[i]:
+                            mean_sq, per_lane = _lane_stats(acc, tf.transpose(own),
+                                                            tf.transpose(counts), n_own)
+                            own_sq.append(mean_sq)
+                            lane_sq.append(per_lane)
                         if sparse[i]:
                             g = self._sparse_mean(i, w, tf.transpose(self.gens), n, scale)
                             squares.append(tf.cast(tf.reduce_sum(tf.square(g.values)),
@@ -342,9 +359,16 @@ class Accumulators:
                         else:
                             kept.append(tf.where(finite, g, tf.zeros_like(g)))
                 grads = kept
-                with tf.control_dependencies(
-                        [optimizer.apply_gradients(zip(grads, self.variables))]):
-                    return tf.stack([tf.cast(applied, tf.float64), norm])
+                zero = tf.constant(0.0, tf.float64)
+                stats = [tf.cast(n_own, tf.float64), tf.reduce_sum(tf.cast(own, tf.float64)),
+                         tf.add_n(own_sq) if own_sq else zero,
+                         tf.add_n(lane_sq) if lane_sq else zero]
+                done = [optimizer.apply_gradients(zip(grads, self.variables))]
+                if tau_extra is not None:  # a scale-invariant schedule moves on by the gain
+                    with tf.control_dependencies(done):
+                        done = [tau_extra.assign_add(tf.cast(scale, tau_extra.dtype) - 1.0)]
+                with tf.control_dependencies(done):
+                    return tf.stack([tf.cast(applied, tf.float64), norm] + stats)
 
             return strategy.run(step)
 
@@ -368,6 +392,25 @@ class Accumulators:
         dense_shape = tf.constant(self.variables[i].shape.as_list(), tf.int64)
         g = total / tf.cast(tf.maximum(n, 1e-6), acc.dtype) * tf.cast(scale, acc.dtype)
         return tf.IndexedSlices(g, touched, dense_shape)
+
+
+#: What an apply returns after ``[micro-batches, gradient norm]``: the fields of a
+#: :class:`~tf_hetero.policies.noise.GradientSample`.
+GRADIENT_STATS = ("units", "lanes", "mean_sq", "lane_sq")
+
+
+def _lane_stats(acc, own, counts, n_own):
+    """On the variable's PS, for a dense accumulator ``acc[slot, lane, ...]``: the squared
+    norm of the mean of the lanes ``own[slot, lane]`` (1 or 0) over ``n_own`` units, and
+    ``sum |lane sum|^2 / lane units`` over them (float64 scalars)."""
+    own = tf.cast(own, acc.dtype)
+    axes = list(range(2, acc.shape.rank))
+    mean = tf.tensordot(own, acc, axes=[[0, 1], [0, 1]]) / tf.cast(tf.maximum(n_own, 1.0),
+                                                                    acc.dtype)
+    per_lane = tf.reduce_sum(tf.square(acc), axis=axes) if axes else tf.square(acc)
+    lane_sq = tf.reduce_sum(own * per_lane / tf.cast(tf.maximum(counts, 1.0), acc.dtype))
+    return (tf.cast(tf.reduce_sum(tf.square(mean)), tf.float64),
+            tf.cast(lane_sq, tf.float64))
 
 
 def unique_rows(g: tf.IndexedSlices, n) -> tf.IndexedSlices:

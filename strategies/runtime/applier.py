@@ -19,6 +19,7 @@ import queue as queue_lib
 import threading
 import weakref
 
+from tf_hetero.policies.noise import GradientSample
 from tf_hetero.strategies.runtime.errors import translate
 
 __all__ = ["ChiefApplier"]
@@ -70,9 +71,15 @@ def _loop(ref, work) -> None:
         engine = coordinator.engine
         try:
             with coordinator.strategy.scope():
-                applied, norm = (float(v) for v in fn(*args).numpy())
+                applied, norm, *stats = (float(v) for v in fn(*args).numpy())
         except Exception as e:  # pylint: disable=broad-except
             engine.fail(translate(e))  # e.g. a PS went away: the user gets the clear error
         else:
-            engine.apply_finished(round_id, int(round(applied)), grad_norm=norm)
+            try:
+                engine.apply_finished(round_id, int(round(applied)), grad_norm=norm,
+                                      gradient=GradientSample(*stats))
+            except Exception as e:  # pylint: disable=broad-except
+                # A fault of ours past the apply must still end the fit: a dead apply
+                # thread would leave every later round waiting for its apply.
+                engine.fail(e)
         del coordinator, engine

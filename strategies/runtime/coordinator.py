@@ -68,8 +68,9 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         #: The fit (:attr:`errors_reached_user`) whose error to the user was the end of the data.
         self.ran_out_in = None
         # Every training step's loss: a diverging or collapsed fit stops (runtime/divergence.py).
+        # (A strategy that switches to asynchronous steps may apply a step's NaN itself.)
         self.losses = LossWatch(self, applied_on_worker=(
-            self.engine is None or not self.engine.rounds_mode))
+            self.engine is None or not self.engine.rounds_mode or self.config.switches_modes))
         # Deadlines and task transfer need time to pass: a ticker runs while the engine has
         # work (started by schedule, ends once idle).
         self.ticker, self.ticker_lock = None, threading.Lock()
@@ -87,14 +88,16 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
             entry = self.rebalancer.before_task(fn, args or (), kwargs or {}, entry)
         if not entry.is_train:
             return translated(super().schedule, fn, args=args, kwargs=kwargs)
+        model = fitplan.fit_model(self.strategy)
         plan = fitplan.take_plan(self.strategy)
         if plan is not None:  # a fit starts
             self.losses.reset()
-        if plan is not None and self.engine is not None and self.engine.rounds_mode:
-            groups = len(self.engine.groups) or 1
-            print(fitplan.plan_line(type(self.strategy).__name__, workers=self.engine.num_workers,
-                                    groups=groups, round_steps=self.engine.round_steps,
-                                    **plan), flush=True)
+            self.strategy.fit_starts(model)  # may refuse the fit, before its first step
+        if plan is not None and self.engine is not None and (
+                self.engine.rounds_mode or self.config.switches_modes):
+            line = self.strategy.fit_line(plan)
+            if line:
+                print(line, flush=True)
         if self.engine is None:  # ASP: exactly what stock TF does, plus a tag for the monitor
             closure = self.closure(fn, args, kwargs)
             set_tag(closure, ClosureTag(ClosureKind.ASYNC, fit=self.errors_reached_user))
@@ -108,8 +111,20 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
                 raise
             return remote_value
         self.dispatcher.last_accumulators = entry.accumulators
-        if self.engine.rounds_mode:
+        if self.config.switches_modes:  # the mode is read after a wait for room: a switch
+            try:  # reaches the next task within a round or two
+                watchdog.wait_bounded(
+                    self, lambda: self.engine.wait_room(self.config.sync.max_pending, 1.0))
+            except Exception as e:  # pylint: disable=broad-except
+                self.error_reached_user(e)
+                raise translate(e) from e
+        kind, size = self.engine.task_kind, 1  # the closure is made for the mode it runs in
+        if kind == "round":
             source = (entry.accumulate_fn, (self.code_tensor(NO_ROUND),) + tuple(args or ()),
+                      kwargs)
+        elif entry.step_fn is not None:  # one dataset batch of granules, its own update
+            size = self.config.assign.step_units
+            source = (entry.step_fn, (self.code_tensor(size, keep=True),) + tuple(args or ()),
                       kwargs)
         else:
             source = (fn, args, kwargs)
@@ -118,7 +133,7 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         self.losses.keep(closure, remote_value)
         self._wrap_fetch(remote_value)
         try:
-            self.engine.submit(closure)  # dispatch() attaches the engine's Task to the closure
+            self.engine.submit(closure, kind, size)  # dispatch() attaches the engine's Task
         except Exception as e:  # pylint: disable=broad-except
             self.error_reached_user(e)
             raise translate(e) from e
@@ -194,12 +209,13 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
             with patch_lock, tfcompat.coordinator.being_scheduled(self.strategy):
                 fn.get_concrete_function(*args)
 
-    def code_tensor(self, code: int) -> tf.Tensor:
-        """The int64 tensor of a task code (:func:`task_code`); NO_ROUND's is cached."""
+    def code_tensor(self, code: int, keep: bool = False) -> tf.Tensor:
+        """The int64 tensor of a task code (:func:`task_code`); NO_ROUND's is cached, and any
+        other with ``keep`` (the same tensor object lets a closure be copied, closures.py)."""
         t = self._code_tensors.get(code)
         if t is None:
             t = tf.constant(code, tf.int64)
-            if code < 0:
+            if code < 0 or keep:
                 self._code_tensors[code] = t
         return t
 

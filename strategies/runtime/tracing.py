@@ -29,8 +29,13 @@ __all__ = ["StepEntry", "StepTracer", "concrete_writes"]
 class StepEntry:
     """How the coordinator runs one scheduled function."""
 
-    def __init__(self, accumulate_fn=None, is_train: bool = False, keep=None, accumulators=()):
+    def __init__(self, accumulate_fn=None, is_train: bool = False, keep=None, accumulators=(),
+                 step_fn=None):
         self.accumulate_fn = accumulate_fn
+        #: A strategy whose mode switches (AutoStrategy), with sized rounds: the step as the
+        #: user wrote it (its own update) reading ``size`` granules as one batch, i.e. one
+        #: dataset batch as stock PSS's step does (``step_fn(size, *args)``).
+        self.step_fn = step_fn
         self.is_train = is_train
         # The accumulators the step writes: a round applies only these (another model's
         # optimizer on this strategy must not run, even with zero gradients).
@@ -63,7 +68,7 @@ class StepTracer:
         if entry is not None:
             return entry
         t0 = time.monotonic()
-        if self.engine is None or not self.engine.rounds_mode:
+        if self.engine is None or not (self.engine.rounds_mode or self.config.switches_modes):
             entry = self._probe_entry(fn, args, kwargs)
         else:
             entry = self._accumulating_entry(fn, args, kwargs)
@@ -123,8 +128,15 @@ class StepTracer:
         self._refuse_direct_writes(fn, record.get("writes", ()))
         accs = tuple(dict.fromkeys(written))
         self.accumulators_of[accumulate_fn] = accs
+        step_fn = None
+        if sized and self.config.switches_modes:
+            @tf.function
+            def step_fn(size, *a, **kw):  # traced when the first asynchronous step is made
+                a = tuple(GranuleIterator(x, size) if is_iterator(x) else x for x in a)
+                return python_fn(*a, **kw)
+
         return StepEntry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep,
-                         accumulators=accs)
+                         accumulators=accs, step_fn=step_fn)
 
     def _refuse_direct_writes(self, fn, writes) -> None:
         """A step that updates trainable variables itself would run asynchronously, as under

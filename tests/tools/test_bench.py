@@ -85,10 +85,11 @@ def test_summary_takes_the_median_run_and_reports_the_range():
     assert [r["samples_per_sec"] for r in rows] == [200, 55]
     assert rows[0]["spread"]["samples_per_sec"] == {"median": 200, "min": 100, "max": 300,
                                                     "missing": 0}
-    assert rows[0]["spread"]["time_to_target_s"]["median"] == 3.0  # one run never reached it
+    # One run never reached it: it counts as the slowest (not dropped), so the median is 4.0.
+    assert rows[0]["spread"]["time_to_target_s"]["median"] == 4.0
     assert rows[1]["spread"]["time_to_target_s"]["median"] is None  # most runs never did
     table = format_table(rows, BenchConfig(strategies=("bsp",), repeats=3), 1000.0)
-    assert "| pss | 0.02 | 200 [100-300] | 0.200 [0.100-0.300] | 3.0 [2.0-4.0] (1 not reached) |" in table
+    assert "| pss | 0.02 | 200 [100-300] | 0.200 [0.100-0.300] | 4.0 [2.0-4.0] (1 not reached) |" in table
     assert "| bsp | 0.02 | 55 [50-60] |" in table and "| not reached |" in table
 
 
@@ -205,6 +206,23 @@ def test_lr_grid_reports_each_strategy_at_its_best_non_diverged_rate():
     assert "| bsp | 0.08 |" in table and "best lr of 0.5, 1, 2 x the rule" in table
     with pytest.raises(ValueError, match=r"lr_factors=\(\): need factors > 0"):
         BenchConfig(strategies=("bsp",), lr_factors=())
+
+
+def test_a_momentum_grid_is_reported_per_lr_and_momentum_and_writes_as_json():
+    import json
+
+    from tf_hetero.tools.report import summarize
+
+    def run(factor, momentum, ttt):
+        r = _run("pss", 100.0, ttt)
+        r.update(lr_factor=factor, momentum=momentum, final_accuracy=0.95)
+        return r
+
+    runs = [run(1.0, 0.9, 9.0), run(1.0, 0.0, 7.0), run(2.0, 0.9, None)]
+    (row,) = summarize(runs, ("pss",), num_classes=10)
+    assert (row["lr_factor"], row["momentum"]) == (1.0, 0.0)  # the best point of the grid
+    assert row["lr_grid"] == {"1.0 m=0.9": 9.0, "1.0 m=0.0": 7.0, "2.0 m=0.9": None}
+    json.dumps(row)  # the report file takes it (a tuple key did not)
 
 
 def test_a_row_stopped_by_the_divergence_guard_is_never_the_best_rate():

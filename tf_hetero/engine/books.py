@@ -50,6 +50,7 @@ class Books:
         if sync is None and books is None:
             raise ValueError("RoundEngine: give a sync policy (e.g. AllTasks()), or books.")
         self.num_workers, self.monitor = num_workers, monitor
+        self._sync = sync  # every book's, unless the grouping policy gives a group its own
         #: The grouping policy (``None``: the books are fixed). It may be replaced between
         #: rounds; the new one is asked after the next applied round.
         self.grouping = grouping
@@ -64,7 +65,7 @@ class Books:
                                  "the global batch per group).")
             groups = normalize_groups(grouping.groups(GroupContext(
                 tuple(range(num_workers)), None, 0, monitor, num_workers)), num_workers)
-            books = [(g, sync, self.assign_for(g)) for g in groups]
+            books = [(g, self.sync_for(g), self.assign_for(g)) for g in groups]
         if books is None:
             books = [(range(num_workers), sync, assign)]
         #: The current books, in id order.
@@ -89,6 +90,13 @@ class Books:
     def requested(self) -> bool:
         """Are new books waiting to be formed (:meth:`regroup`)?"""
         return self._requested is not None
+
+    def sync_for(self, workers) -> object:
+        """A group's sync policy: the grouping policy's own for it (``sync_for(size,
+        num_workers)``, e.g. an adaptive strategy's one-task books overlapping their rounds),
+        else the sync policy every book shares."""
+        own = getattr(self.grouping, "sync_for", None)
+        return own(len(workers), self.num_workers) if own is not None else self._sync
 
     def assign_for(self, workers) -> object:
         """A group's assignment policy: its own share of the global batch when the policy
@@ -119,8 +127,7 @@ class Books:
             return False
         groups, self._requested = self._requested, None
         base = max(self._by_id) + 1
-        sync = self.current[0].sync
-        self.current = [Book(base + i, frozenset(g), sync, self.assign_for(g))
+        self.current = [Book(base + i, frozenset(g), self.sync_for(g), self.assign_for(g))
                         for i, g in enumerate(groups)]
         self._by_id.update({b.id: b for b in self.current})
         if self.monitor:

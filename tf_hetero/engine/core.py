@@ -100,6 +100,7 @@ class RoundEngine(RoundCycle):
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._pending: collections.deque[Task] = collections.deque()
+        self._pending_steps = 0  # of them, tasks of kind "step" (the rest are "round")
         self._next_task = 0
         self._next_round = 0
         self.rounds: list[Round] = []
@@ -142,6 +143,17 @@ class RoundEngine(RoundCycle):
         return self.books[0].sync.mode == "rounds"
 
     @property
+    def task_kind(self) -> str:
+        """The kind of task the sync policy's mode makes now: ``"round"`` or ``"step"``."""
+        return "round" if self.rounds_mode else "step"
+
+    @property
+    def pending(self) -> int:
+        """Tasks submitted and not yet started or planned."""
+        with self._lock:
+            return len(self._pending)
+
+    @property
     def books(self) -> list[Book]:
         """The current books (one of all workers, or one per group)."""
         return self._books.current
@@ -165,16 +177,42 @@ class RoundEngine(RoundCycle):
     def grouping(self, policy) -> None:
         self._books.grouping = policy
 
-    def submit(self, payload) -> Task:
-        """Queues one task (one training step scheduled by ``model.fit``)."""
+    def submit(self, payload, kind: str | None = None, size: int = 1) -> Task:
+        """Queues one task (one training step scheduled by ``model.fit``). ``kind``: what its
+        payload does (``"round"``: writes a round's accumulators; ``"step"``: applies its own
+        update); default: what the sync policy's mode makes now (:attr:`task_kind`); ``size``:
+        its work units (a round's plan sets those of its tasks). Tasks
+        run in submission order, each in the mode of its kind: after a switch of the sync
+        policy's mode, the tasks queued before it run as they were made, then the new
+        mode's."""
         with self._lock:
             self._raise_if_error()
-            task = Task(self._next_task, payload, t_submit=self.clock())
+            kind = self.task_kind if kind is None else kind
+            if kind not in ("round", "step"):
+                raise ValueError(f"task kind {kind!r}: use 'round' or 'step'.")
+            task = Task(self._next_task, payload, t_submit=self.clock(), kind=kind,
+                        size=int(size))
             self._next_task += 1
             self._pending.append(task)
+            self._pending_steps += kind == "step"
             self._flushing = False
             self._pump()
             return task
+
+    def wait_room(self, limit: int, timeout: float) -> bool:
+        """Blocks until fewer than ``limit`` tasks are queued (the engine dispatches them as
+        workers free up), or ``timeout`` seconds passed (False). Raises the engine's error.
+        A strategy whose sync policy switches modes keeps its queue short this way."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while len(self._pending) >= limit:
+                self._raise_if_error()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 1.0))
+            self._raise_if_error()
+            return True
 
     def flush(self) -> None:
         """No more tasks are coming for now (``join``, ``fetch``): let a partial round start."""
@@ -294,13 +332,18 @@ class RoundEngine(RoundCycle):
                     c.after_event(book)
             self._changed.notify_all()
 
-    def apply_finished(self, round_id: int, applied: int, grad_norm: float | None = None) -> None:
+    def apply_finished(self, round_id: int, applied: int, grad_norm: float | None = None,
+                       gradient=None) -> None:
         """The apply of ``round_id`` ran; ``applied`` micro-batches went into it, and the
         norm of its mean gradient was ``grad_norm`` (checked by :attr:`guard`: divergence
-        stops the engine with a :class:`~tf_hetero.engine.guard.DivergenceError`)."""
+        stops the engine with a :class:`~tf_hetero.engine.guard.DivergenceError`);
+        ``gradient``: what it measured of the gradient's noise (a
+        :class:`~tf_hetero.policies.noise.GradientSample`, kept in ``info["gradient"]``)."""
         with self._lock, self._reporting():
             rnd = self.rounds[round_id]
             rnd.applied, rnd.t_applied = applied, self.clock()
+            if gradient is not None:
+                rnd.info["gradient"] = gradient
             if grad_norm is not None:
                 rnd.info["grad_norm"] = grad_norm
                 why = self.guard.check(round_id, grad_norm) if self.guard else None
@@ -359,6 +402,7 @@ class RoundEngine(RoundCycle):
                 self._error = error
             while self._pending:
                 self.dispatcher.cancel(self._pending.popleft())
+            self._pending_steps = 0
             for echoes in self._echoes.values():  # steps that would end with a task that won't
                 for task in echoes:
                     self.dispatcher.cancel(task)

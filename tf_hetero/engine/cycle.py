@@ -76,25 +76,44 @@ class RoundCycle:
     def _pump(self) -> None:
         if self._error is not None:
             return
-        if self.rounds_mode:
+        head = self._pending[0].kind if self._pending else None
+        if head == "round" or (head is None and self.rounds_mode):
             if self._books.requested and not self._books.regroup():
                 return  # no new round until every book's rounds are applied
             gated = self._gated()  # once per pump: O(N) with a gate, whatever the books
             for book in self.books:
                 self._pump_book(book, gated)
-        else:
+        else:  # the queue's head applies its own update: asynchronous steps
             self._pump_async()
+
+    def _rounds_pending(self) -> tuple[int, bool]:
+        """Queued tasks a round may take (the leading ones of kind ``"round"``), and whether
+        tasks of the other kind follow them (a mode switch: the round takes what there is, as
+        when ``fit`` flushes). O(1) unless both kinds are queued."""
+        if not self._pending_steps:
+            return len(self._pending), False
+        n = 0
+        for task in self._pending:
+            if task.kind != "round":
+                return n, True
+            n += 1
+        return n, False
+
+    def _take_pending(self):
+        task = self._pending.popleft()
+        self._pending_steps -= task.kind == "step"
+        return task
 
     def _pump_async(self) -> None:
         for w in sorted(self._live, key=lambda w: self.clocks[w]):
-            if not self._pending:
+            if not self._pending or self._pending[0].kind != "step":
                 return
             if self.busy(w):
                 continue
             if not self._gate_free and not self.gate.may_start(
                     w, {v: self.clocks[v] for v in self._live}):
                 continue
-            self.dispatch(self._pending.popleft(), w, None)
+            self.dispatch(self._take_pending(), w, None)
 
     def _gated(self) -> set:
         """Live workers the gate keeps from starting a task now (a gate over books: SSP with
@@ -116,7 +135,8 @@ class RoundCycle:
             for c in self.components:  # end of an epoch: rounds that close it
                 if c.end_of_epoch(book):
                     return
-        if not self._pending:
+        available, switch = self._rounds_pending()
+        if not available:
             return
         # A worker whose lane in the next round's slot holds a late gradient still to fold
         # (or a late task still writing it) sits the round out: its task would overwrite it.
@@ -140,9 +160,9 @@ class RoundCycle:
         if not plan.entries:
             return  # every live worker is still busy with late work; wait for one
         steps = max(len(plan.entries), plan.steps or 0)
-        if len(self._pending) < steps and not self._flushing:
+        if available < steps and not (self._flushing or switch):
             return  # fit is still scheduling this round's tasks
-        entries = plan.entries[:len(self._pending)]
+        entries = plan.entries[:available]
         rnd = self.open_round(book, RoundKind.TRAIN, plan.info)
         rnd.participants = plan.participants
         rnd.expected_s = plan.expected_s
@@ -150,7 +170,7 @@ class RoundCycle:
         book.open = rnd
         sizes = plan.sizes or [1] * len(entries)
         for entry, size in zip(entries, sizes):
-            task = self._pending.popleft()
+            task = self._take_pending()
             task.round, task.size = rnd.id, int(size)
             rnd.tasks.append(task)
             if isinstance(entry, Pulled):  # pulled by the first allowed worker to be free
@@ -158,7 +178,7 @@ class RoundCycle:
                 rnd.pull.append((task, entry.workers))
             else:
                 task.pinned = entry
-        self._absorb(rnd, min(steps - len(entries), len(self._pending)))
+        self._absorb(rnd, min(steps - len(entries), available - len(entries)))
         for c in self.components:
             c.on_round_planned(rnd, entries)
         for task in rnd.tasks:
@@ -174,7 +194,7 @@ class RoundCycle:
             return
         like = min(rnd.tasks, key=lambda t: (rnd.task_s.get(t.pinned, math.inf), t.id))
         for _ in range(count):
-            task = self._pending.popleft()
+            task = self._take_pending()
             task.round, task.state = rnd.id, S.ABSORBED
             rnd.absorbed.append(task)
             self._echoes.setdefault(like, []).append(task)

@@ -102,6 +102,11 @@ class Task:
     #: Work units the task processes: granules of samples its step reads and concatenates
     #: into one batch (sized strategies); its gradient weighs ``size`` in the round's mean.
     size: int = 1
+    #: What its closure does, fixed when it is submitted: ``"round"`` (it writes a round's
+    #: accumulators) or ``"step"`` (it applies its own update, asynchronously). The engine
+    #: runs each task the way it was made (an engine whose sync policy switches modes holds
+    #: both kinds; see :meth:`~tf_hetero.engine.core.RoundEngine.submit`).
+    kind: str = "round"
 
     @property
     def duration(self) -> float:

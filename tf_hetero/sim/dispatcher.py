@@ -153,14 +153,15 @@ class SimDispatcher:
     def _applied(self, round_id, lanes, folds):
         engine = self.engine
         rnd = engine.rounds[round_id]
+        sample = None
         if self.learner is not None:
-            applied, norm = self.learner.apply_round(round_id, rnd.slot, lanes, folds,
-                                                     scale=getattr(rnd, "scale", 1.0))
+            applied, norm, sample = self.learner.apply_round(
+                round_id, rnd.slot, lanes, folds, scale=getattr(rnd, "scale", 1.0))
         else:
             applied, norm = sum(lanes.values()), None
             applied += sum(engine.rounds[r].lanes.get(lane, 0)
                            for (lane, _), (r, w) in folds.items() if w > 0)
-        engine.apply_finished(round_id, applied, grad_norm=norm)
+        engine.apply_finished(round_id, applied, grad_norm=norm, gradient=sample)
 
     # ------------------------------------------------------------------ costs
     def _first(self, kind) -> float:

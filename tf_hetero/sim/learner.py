@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tf_hetero.policies.noise import GradientSample
+
 __all__ = ["Learner"]
 
 
@@ -128,6 +130,30 @@ class Learner:
                 delta = (delta @ layers[i].T) * (acts[i // 2] > 0)
         return np.concatenate([g.ravel() for g in reversed(grads)]).astype(np.float32)
 
+    def exact_noise(self, params=None) -> tuple[float, float]:
+        """``(tr(S), |G|^2)`` at ``params`` (default :attr:`params`) over the whole training
+        set: the trace of one sample's gradient covariance and the squared norm of the
+        full-data gradient, computed exactly (each sample's squared gradient norm is the
+        sum over layers of ``|input|^2 |delta|^2 + |delta|^2``; no gradient is stored per
+        sample). What :class:`~tf_hetero.policies.noise.GradientNoise` estimates."""
+        layers = self.layers(self.params if params is None else params)
+        acts = [self.x]
+        for i in range(0, len(layers) - 2, 2):
+            acts.append(np.maximum(acts[-1] @ layers[i] + layers[i + 1], 0.0))
+        logits = acts[-1] @ layers[-2] + layers[-1]
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(len(self.y)), self.y] -= 1.0
+        delta, per_sample, mean = p, np.zeros(len(self.y)), []
+        for i in range(len(layers) - 2, -1, -2):
+            a = acts[i // 2]
+            per_sample += (np.sum(a * a, axis=1) + 1.0) * np.sum(delta * delta, axis=1)
+            mean += [delta.mean(axis=0), a.T @ delta / len(self.y)]
+            if i:
+                delta = (delta @ layers[i].T) * (acts[i // 2] > 0)
+        signal = float(sum(np.sum(m * m) for m in mean))
+        return float(per_sample.mean()) - signal, signal
+
     def accuracy(self) -> float:
         layers = self.layers(self.params)
         h = self.x_test
@@ -169,9 +195,10 @@ class Learner:
         return self.buffer.pop(worker, None)
 
     def apply_round(self, round_id: int, slot: int, lanes, folds,
-                    scale: float = 1.0) -> tuple[int, float]:
+                    scale: float = 1.0) -> tuple[int, float, GradientSample]:
         """One round's apply (its mean gradient times ``scale``, the round's update scale):
-        returns (micro-batches applied, norm of the mean gradient)."""
+        returns (micro-batches applied, norm of the mean gradient, what the runtime's apply
+        measures of the gradient's noise: its own lanes' :class:`GradientSample`)."""
         weights = {(lane, slot): (round_id, 1.0) for lane in lanes}
         weights.update({key: (late, w) for key, (late, w) in folds.items()})
         total, n, applied = None, 0.0, 0
@@ -183,10 +210,17 @@ class Learner:
             n += w * held[2]
             applied += held[2]
         if total is None:
-            return 0, 0.0
+            return 0, 0.0, None
+        own = [self.acc[(lane, slot)] for lane in lanes
+               if self.acc.get((lane, slot)) is not None
+               and self.acc[(lane, slot)][0] == round_id and self.acc[(lane, slot)][2] > 0]
+        units = sum(h[2] for h in own)
+        mean = sum(h[1] for h in own) / max(units, 1e-6) if own else np.zeros(1)
+        sample = GradientSample(units, len(own), float(mean @ mean),
+                                sum(float(h[1] @ h[1]) / h[2] for h in own))
         g = total / max(n, 1e-6) * scale
         norm = float(np.linalg.norm(g))
         if not np.isfinite(norm):
             g = np.zeros_like(g)  # as the runtime: applied as zeros, the engine stops
         self._step(g, self.lr)
-        return applied, norm
+        return applied, norm, sample

@@ -56,12 +56,7 @@ class Simulation:
         self.per_update = registry.updates_per_round(spec, n) * k
         self.granule = config.granule
         if self.granule is not None:  # as HeteroStrategy._granulate: the round in granules
-            global_batch = config.global_batch or (config.round_batches or n) * cfg.batch_size
-            if global_batch % self.granule:
-                raise ValueError(f"{spec}: global batch {global_batch} is not a multiple of "
-                                 f"granularity={self.granule}.")
-            config.assign.set_units(global_batch // self.granule,
-                                    cfg.batch_size // self.granule)
+            config.bind_data(n, cfg.batch_size, spec)
         self.steps_per_epoch = cfg.steps_per_epoch  # a step reads one batch, sized or not
         self.epochs = cfg.tasks // cfg.steps_per_epoch
         self.lr = lr_rule.linear_rate(cfg.base_lr, self.per_update, lr_factor)
@@ -115,10 +110,19 @@ class Simulation:
         at which the last one ended. A failed engine (divergence) stops it early."""
         loop, engine = self.loop, self.engine
         start = self.costs.setup_s
+        # A strategy whose mode switches keeps its queue short (as the runtime's schedule
+        # waits for room): the steps are submitted as the queue empties.
+        room = self.config.sync.max_pending if self.config.switches_modes else None
+        # An asynchronous step of a sized strategy reads one dataset batch of granules.
+        step_size = self.cfg.batch_size // self.granule if self.granule else 1
         for _ in range(self.epochs):
             loop.advance_to(start)
             for step in range(self.steps_per_epoch):
-                engine.submit(step)
+                if room is not None and engine.pending >= room:
+                    loop.run(lambda: engine.pending < room or self._stopped(), until=limit_s)
+                    if self.error is not None:
+                        break
+                engine.submit(step, size=step_size)
             engine.flush()
             if self.config.tick_s:
                 loop.after(self.config.tick_s, self._tick)
@@ -193,6 +197,11 @@ class Simulation:
             "num_classes": 10,
             "stopped": None if self.error is None else str(self.error),
             "simulated": True,
+            **self.monitor.noise.summary(),
+            **({"auto_decisions": [{"t_s": t, **{k: info[k] for k in (
+                "mode", "global_batch", "gain", "why")}}
+                for t, name, info in self.monitor.events if name == "auto_decision"]}
+               if self.config.switches_modes else {}),
         }
 
 

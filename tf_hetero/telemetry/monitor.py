@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time
+from tf_hetero.policies.noise import GradientNoise
 from tf_hetero.telemetry import psload
 from tf_hetero.telemetry.records import RoundRecord, TaskRecord
 
@@ -61,6 +62,11 @@ class Monitor:
         #: The emulated PS tasks (tf_hetero.emulation.ps.EmulatedServers), if the profile
         #: emulates them (ps_mbps); MonitorLogs and the bench read their counters.
         self.ps_servers = None
+        #: The gradient noise the rounds' applies measured (policies/noise.py), per sample.
+        self.noise = GradientNoise()
+        #: Samples per work unit of the rounds' lanes (a granule under sized strategies, a
+        #: dataset batch otherwise; set by the strategy once it knows its data).
+        self.unit_samples = 1.0
 
     # ---------------------------------------------------------------- recording
     def record_task(self, worker: int, start: float, end: float, applied: bool,
@@ -89,6 +95,9 @@ class Monitor:
     def on_round(self, rnd) -> None:
         """Engine hook: a :class:`~tf_hetero.engine.Round` was applied (or closed empty)."""
         with self._lock:
+            sample = rnd.info.get("gradient")
+            if sample is not None and str(rnd.kind) == "train":
+                self.noise.add(sample, self.unit_samples)
             self.rounds.append(RoundRecord(
                 rnd.id, rnd.t_open, rnd.t_close, rnd.t_applied, len(rnd.tasks), dict(rnd.lanes),
                 rnd.applied, dict(rnd.info), {k: w for k, (_, w) in rnd.folds.items()},
@@ -190,6 +199,7 @@ class Monitor:
             servers = self.ps_servers
             out.update(psload.step_figures(
                 step, len(tasks), servers.us_per_byte if servers is not None else None))
+        out.update(self.noise.summary())
         for fn in self._summaries:
             out.update(fn(rounds, self.num_workers))
         return out

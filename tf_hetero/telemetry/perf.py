@@ -134,18 +134,25 @@ def run_figures(records, fit_start: float, last_apply: float, samples_per_unit: 
     return RunFigures(applied / span, span, min(r.start for r in records) - fit_start, applied)
 
 
-def aggregate(values: Sequence[float | None]) -> dict:
+def aggregate(values: Sequence[float | None], missing_is_worst: bool = False) -> dict:
     """Median and range of a figure over repeats; ``None`` values (e.g. a target never
     reached) count as missing, and the median is ``None`` when half or more are missing.
+    ``missing_is_worst``: a missing value ranks above every value (a target not reached is
+    later than any reached), so the median of one missing in three is the larger of the
+    other two, not their mean.
 
     >>> aggregate([3.0, 1.0, 2.0])
     {'median': 2.0, 'min': 1.0, 'max': 3.0, 'missing': 0}
     >>> aggregate([1.0, None, None])["median"] is None
     True
+    >>> aggregate([1.0, 2.0, None])["median"], aggregate([1.0, 2.0, None], True)["median"]
+    (1.5, 2.0)
     """
     present = sorted(v for v in values if v is not None)
     missing = len(values) - len(present)
     median = statistics.median(present) if present and missing < len(values) / 2 else None
+    if missing_is_worst and median is not None:
+        median = statistics.median(present + [math.inf] * missing)
     return {"median": median, "min": present[0] if present else None,
             "max": present[-1] if present else None, "missing": missing}
 

@@ -17,7 +17,7 @@ from typing import Callable
 from tf_hetero.patching import wrap_once
 
 __all__ = ["wrap_data_handler", "handler_plan", "wrap_train_begin", "optimizer_classes",
-           "calling_fit", "fit_running"]
+           "lr_schedule", "calling_fit", "fit_running"]
 
 # pylint: disable=protected-access
 
@@ -60,6 +60,20 @@ def optimizer_classes() -> list[type]:
     from tf_keras.src.optimizers.legacy import optimizer_v2
 
     return [new_opt.Optimizer, optimizer_v2.OptimizerV2]
+
+
+def lr_schedule(optimizer):
+    """The ``LearningRateSchedule`` a tf_keras optimizer was made with, or ``None`` (a
+    constant rate). The new optimizers keep it in ``_learning_rate`` (their
+    ``learning_rate`` property returns its current value once built:
+    tk/optimizers/optimizer.py ~335); the legacy ones in ``_hyper["learning_rate"]``
+    (tk/optimizers/legacy/optimizer_v2.py)."""
+    from tf_keras.optimizers.schedules import LearningRateSchedule
+
+    lr = getattr(optimizer, "_learning_rate", None)
+    if lr is None:
+        lr = getattr(optimizer, "_hyper", {}).get("learning_rate")
+    return lr if isinstance(lr, LearningRateSchedule) else None
 
 
 def calling_fit():

@@ -33,7 +33,8 @@ import time
 
 from tf_hetero.emulation.profile import Profile
 from tf_hetero.tools import report
-from tf_hetero.tools.benchconfig import BenchConfig, warm_up_tasks
+from tf_hetero.strategies import registry
+from tf_hetero.tools.benchconfig import BenchConfig, split_row, warm_up_tasks
 from tf_hetero.tools.benchrow import run_strategy
 
 __all__ = ["run_bench", "warm_up"]
@@ -85,6 +86,23 @@ def run_bench(cfg: BenchConfig, failures: dict | None = None) -> list[dict]:
     return results
 
 
+def grid(spec: str, cfg: BenchConfig) -> list[tuple[float, float | None]]:
+    """The ``(lr factor, momentum)`` runs of a row: every factor; the stock rows at every
+    momentum of ``cfg.momenta`` too; the adaptive row (``auto``) only as the user would run
+    it, at the rule's one-batch rate (it chooses its own step).
+
+    >>> from tf_hetero.tools.benchconfig import BenchConfig
+    >>> cfg = BenchConfig(strategies=("auto", "hps"), lr_factors=(1, 2), momenta=(0.9, 0.0))
+    >>> grid("pss", cfg), grid("hps", cfg), grid("auto", cfg)
+    ([(1.0, 0.9), (1.0, 0.0), (2.0, 0.9), (2.0, 0.0)], [(1.0, None), (2.0, None)], [(1.0, None)])
+    """
+    base = split_row(spec)[0]
+    if registry.parse(base)[0] == "auto":
+        return [(1.0, None)]
+    momenta = cfg.momenta if base == "pss" and cfg.momenta else (None,)
+    return [(f, m) for f in cfg.lr_factors for m in momenta]
+
+
 def _run_repeats(cluster, cfg: BenchConfig, profile: Profile, meter,
                  cpu_meter) -> tuple[list[dict], dict]:
     """Every row at every learning-rate factor, ``cfg.repeats`` times: ``(runs, {strategy:
@@ -98,7 +116,7 @@ def _run_repeats(cluster, cfg: BenchConfig, profile: Profile, meter,
         print(f"[tf-hetero bench] repeat {rep + 1}/{cfg.repeats}: {', '.join(order)}",
               flush=True)
         for spec in order:
-            for factor in cfg.lr_factors:
+            for factor, momentum in grid(spec, cfg):
                 # Free the previous run's strategy, model and remote resources now,
                 # outside the timed region: collected during the next fit they stalled
                 # it (+26 s).
@@ -112,7 +130,8 @@ def _run_repeats(cluster, cfg: BenchConfig, profile: Profile, meter,
                     # repeats differ, so their range covers the seed's luck too (one
                     # seed: BSP's final accuracy was the same to 4 digits in 3 runs).
                     run = run_strategy(spec, cluster, cfg, profile, factor, meter,
-                                       seed=cfg.seed + rep, cpu_meter=cpu_meter)
+                                       seed=cfg.seed + rep, cpu_meter=cpu_meter,
+                                       momentum=momentum)
                 except Exception as e:  # pylint: disable=broad-except
                     # One broken row must not lose the others' measurements.
                     first = str(e).strip().splitlines()[-1] if str(e).strip() else ""

@@ -52,6 +52,11 @@ class BenchConfig:
     #: Learning rates tried per strategy, as factors of the linear rule; the table reports
     #: each strategy at its best (``--lr-grid``: 0.5, 1, 2).
     lr_factors: tuple = (1.0,)
+    #: Momenta tried for the stock rows (``pss``) at each factor, the learning rate scaled by
+    #: ``(1 - m) / (1 - momentum)`` so that ``lr / (1 - m)`` stays at the factor's value
+    #: (``--lr-grid``: 0.9, 0.5, 0); empty: ``momentum`` only. The reference a fair user
+    #: would pick is stock PSS at its best rate and momentum.
+    momenta: tuple = ()
     #: Updates over which the learning rate ramps up linearly (Goyal et al.) for strategies
     #: whose update averages more than one micro-batch; 0: none; ``None`` (the default): as
     #: many updates as one update averages micro-batches
@@ -90,6 +95,10 @@ class BenchConfig:
             raise ValueError(f"bench data_per_worker={self.data_per_worker!r}: use one of "
                              f"{', '.join(PER_WORKER)}.")
         self.lr_factors = tuple(float(f) for f in self.lr_factors)
+        self.momenta = tuple(float(m) for m in self.momenta)
+        if not all(0 <= m < 1 for m in self.momenta + (self.momentum,)):
+            raise ValueError(f"momentum={self.momentum!r}, momenta={self.momenta!r}: need "
+                             "0 <= m < 1.")
         if not self.lr_factors or not all(f > 0 for f in self.lr_factors):
             raise ValueError(f"lr_factors={self.lr_factors!r}: need factors > 0.")
         if self.warmup_updates is not None and (not isinstance(self.warmup_updates, int)

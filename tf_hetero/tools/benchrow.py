@@ -132,6 +132,7 @@ class _Row:
     per_update: int  # micro-batches one update averages
     peak_lr: float
     lr_factor: float
+    momentum: float
 
 
 @dataclasses.dataclass
@@ -179,8 +180,10 @@ def keras_learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
 
 
 def _make_row(spec: str, cluster, cfg: BenchConfig, profile: Profile, lr_factor: float,
-              seed: int, train) -> _Row:
-    """Builds the row's strategy (its placement and rebalancing) and compiles its model."""
+              seed: int, train, momentum: float | None = None) -> _Row:
+    """Builds the row's strategy (its placement and rebalancing) and compiles its model;
+    ``momentum`` other than ``cfg.momentum`` scales the rate by ``(1 - m) / (1 -
+    cfg.momentum)`` (the same ``lr / (1 - m)``)."""
     import tf_keras as keras
 
     from tf_hetero.strategies.base import HeteroStrategy
@@ -199,22 +202,25 @@ def _make_row(spec: str, cluster, cfg: BenchConfig, profile: Profile, lr_factor:
     k = cfg.steps_per_execution
     per_update = registry.updates_per_round(base, cfg.workers) * k
     granule = getattr(getattr(strategy, "config", None), "granule", None)
+    momentum = cfg.momentum if momentum is None else momentum
+    lr_factor_m = lr_factor * (1 - momentum) / (1 - cfg.momentum)
     with strategy.scope():
         model = models.build(cfg.model, input_shape=train.input_shape,
                              num_classes=train.num_classes, seed=seed)
-        model.compile(keras.optimizers.SGD(keras_learning_rate(cfg, per_update, lr_factor),
-                                           momentum=cfg.momentum),
+        model.compile(keras.optimizers.SGD(keras_learning_rate(cfg, per_update, lr_factor_m),
+                                           momentum=momentum),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       steps_per_execution=k)
-    peak_lr = lr_rule.linear_rate(cfg.base_lr, per_update, lr_factor)
+    peak_lr = lr_rule.linear_rate(cfg.base_lr, per_update, lr_factor_m)
     return _Row(spec, placement, rebalance, strategy, model,
                 stock=not isinstance(strategy, HeteroStrategy), granule=granule,
-                per_update=per_update, peak_lr=peak_lr, lr_factor=lr_factor)
+                per_update=per_update, peak_lr=peak_lr, lr_factor=lr_factor,
+                momentum=momentum)
 
 
 def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
                  lr_factor: float = 1.0, meter=None, seed: int | None = None,
-                 cpu_meter=None) -> dict:
+                 cpu_meter=None, momentum: float | None = None) -> dict:
     """Trains once under ``spec`` at ``lr_factor`` x the linear rule and measures it, from
     ``seed`` (model initialisation and data order; default ``cfg.seed``); returns the row's
     JSON keys. ``meter`` and ``cpu_meter``: the cluster's
@@ -224,7 +230,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
 
     seed = cfg.seed if seed is None else seed
     train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
-    row = _make_row(spec, cluster, cfg, profile, lr_factor, seed, train)
+    row = _make_row(spec, cluster, cfg, profile, lr_factor, seed, train, momentum)
     # base_ms is one dataset batch's time for every row; a sized task's step (H-PS) takes
     # it in proportion to the samples it reads.
     device = emulate(row.model, profile, strategy=row.strategy, batch_size=cfg.batch_size)
@@ -300,10 +306,12 @@ def _row_figures(row: _Row, cfg: BenchConfig, profile: Profile, records, fit: _F
     """The row's JSON keys (the module's docstring), from its task records and its fit."""
     # One clock for every row: from fit() being called to the last update applied.
     rounds_applied = [r.t_applied for r in row.strategy.monitor.rounds] if not row.stock else []
-    # A record's size counts work units: k dataset batches, or a sized task's granules.
-    unit = row.granule or cfg.steps_per_execution * cfg.batch_size
+    # A record's size counts work units: k dataset batches, or a sized task's granules (of
+    # the size the strategy chose for this data: HeteroStrategy.granule).
+    granule = getattr(row.strategy, "granule", None) if row.granule else None
+    unit = granule or cfg.steps_per_execution * cfg.batch_size
     figures = metrics.run_figures(records, fit.t0, max(rounds_applied, default=fit.t0), unit)
-    ideal = _ideal(records, cfg, profile, row.granule)
+    ideal = _ideal(records, cfg, profile, granule)
     sps = figures.samples_per_sec
     applied = sum(r.applied for r in records)
     computed = sum(r.size for r in records) * unit
@@ -342,6 +350,7 @@ def _row_figures(row: _Row, cfg: BenchConfig, profile: Profile, records, fit: _F
         "eval_failures": len(sampler.failures),
         "learning_rate": row.peak_lr,
         "lr_factor": row.lr_factor,
+        "momentum": row.momentum,
         **engine_figures,
         "tasks_per_worker": [sum(r.worker == w for r in records) for w in range(cfg.workers)],
         "samples_per_worker": [sum(r.size for r in records if r.worker == w) * unit
@@ -393,13 +402,27 @@ def _engine_figures(row: _Row, records) -> tuple[int, dict]:
     strategy = row.strategy
     s = strategy.monitor.summary()
     engine = strategy.engine
-    rounds_mode = bool(engine and engine.rounds_mode)
-    rounds = len(engine.rounds) if rounds_mode else s["applied_tasks"]
+    switches = bool(engine) and strategy.config.switches_modes
+    rounds_mode = bool(engine and (engine.rounds_mode or switches and engine.rounds))
+    # Updates applied: rounds, asynchronous steps, or both (a strategy that switches).
+    rounds = (engine.version if switches else len(engine.rounds) if rounds_mode
+              else s["applied_tasks"])
     figures = {
         "mean_staleness": s["mean_staleness"], "max_staleness": s["max_staleness"],
         "mean_round_ms": s["mean_round_ms"] if rounds_mode else None,
         # Where a round's time goes (dispatch, task, barrier, apply, gap; mean ms).
-        "round_breakdown_ms": metrics.round_breakdown(engine.rounds) if rounds_mode else None}
+        "round_breakdown_ms": metrics.round_breakdown(engine.rounds) if rounds_mode else None,
+        # The gradient noise the rounds' applies measured (per sample).
+        "noise_scale": s.get("noise_scale"), "grad_variance": s.get("grad_variance"),
+        "grad_sq": s.get("grad_sq")}
+    controller = getattr(strategy, "controller", None)
+    if controller is not None:  # the adaptive strategy: what it decided, and when
+        monitor = strategy.monitor
+        figures["auto_decisions"] = [
+            {"t_s": t - monitor.t0, **{k: info[k] for k in ("mode", "global_batch", "gain",
+                                                             "why")}}
+            for t, name, info in monitor.events if name == "auto_decision"]
+        figures.update({k: s.get(k) for k in ("auto_sized", "auto_global_batch", "auto_gain")})
     if row.rebalance:
         figures.update(rebalance_figures(strategy.rebalancer, strategy.monitor.rounds))
     return rounds, figures

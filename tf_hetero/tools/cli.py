@@ -3,7 +3,7 @@
     tf-hetero launch [-- PROGRAM ARGS...]     serve this process's TF_CONFIG role
     tf-hetero run --workers N --ps M [--profile SPEC] -- PROGRAM ARGS...
                                               a whole local cluster, PROGRAM as chief
-    tf-hetero demo [--strategies pss,hps,epsp,bsp | --strategy X] [--profile slow=3:4 ...]
+    tf-hetero demo [--strategies pss,auto,hps,epsp,bsp | --strategy X] [--profile slow=3:4 ...]
     tf-hetero tfconfig --name JOB --workers N --ps M [--namespace NS --port 2222 --json]
     tf-hetero bench --strategies pss,bsp,backup,ssp --workers 4 --ps 2 --profile slow=3:4
     tf-hetero sim --strategies bsp,epsp --workers 4,16,64,256,1000   (simulated; docs/SIMULATOR.md)
@@ -191,6 +191,8 @@ def cmd_tfconfig(args) -> int:
 
 #: ``--lr-grid``: learning rates tried per strategy, as factors of the linear rule.
 LR_GRID = (0.5, 1.0, 2.0)
+#: ``--lr-grid``: stock PSS's momenta too (``lr / (1 - m)`` held at each factor's value).
+MOMENTUM_GRID = (0.9, 0.5, 0.0)
 
 
 def _data_per_worker(args) -> dict:
@@ -217,6 +219,7 @@ def cmd_bench(args) -> int:
                               base_lr=args.base_lr, momentum=args.momentum,
                               json_path=args.json, repeats=args.repeats,
                               lr_factors=LR_GRID if args.lr_grid else (1.0,),
+                              momenta=MOMENTUM_GRID if args.lr_grid else (),
                               warmup_updates=args.warmup_updates,
                               **_data_per_worker(args))
     except ValueError as e:
@@ -225,6 +228,7 @@ def cmd_bench(args) -> int:
         _, failed = run_scenarios(scenarios, os.path.join(args.out_dir, "scenarios"),
                                   strategies=strategies, repeats=args.repeats,
                                   lr_factors=LR_GRID if args.lr_grid else (1.0,),
+                                  momenta=MOMENTUM_GRID if args.lr_grid else (),
                                   warmup_updates=args.warmup_updates,
                                   **_data_per_worker(args))
     else:
@@ -298,7 +302,7 @@ def _demo_parser(sub, common, strategy_help: str) -> None:
     demo.add_argument("--workers", type=int, default=4)
     demo.add_argument("--ps", type=int, default=2)
     demo.add_argument("--profile", default="slow=3:4")
-    demo.add_argument("--strategies", default="pss,hps,epsp,bsp",
+    demo.add_argument("--strategies", default="pss,auto,hps,epsp,bsp",
                       help="the strategies compared (pss is always run); the benchmark's data, "
                            "sample budget and learning-rate rule")
     demo.add_argument("--strategy", default=None,
@@ -360,8 +364,10 @@ def _bench_parser(sub, common, strategy_help: str) -> None:
                        help="SGD learning rate per micro-batch; x micro-batches per update")
     bench.add_argument("--momentum", type=float, default=0.9)
     bench.add_argument("--lr-grid", action="store_true",
-                       help="run every strategy at 0.5, 1 and 2 x the linear lr rule and "
-                            "report each at its best time to target")
+                       help="run every strategy at 0.5, 1 and 2 x the linear lr rule (stock "
+                            "PSS also at momentum 0.9, 0.5 and 0, lr / (1 - m) held) and "
+                            "report each at its best time to target; auto runs at the rule "
+                            "only (it sets its own step)")
     bench.add_argument("--warmup-updates", type=int, default=None,
                        help="ramp the lr up linearly over this many updates for strategies "
                             "whose update averages several micro-batches (Goyal et al.); "

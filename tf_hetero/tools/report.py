@@ -7,16 +7,20 @@ figures (:func:`plot_runs`: accuracy vs wall time and each row's task timeline;
 (:func:`write`). It reads the rows' JSON keys (:mod:`tf_hetero.tools.benchrow`) and
 trains nothing: no TensorFlow.
 
-Timings are measured, not asserted: compare rows of one run, as ratios.
+Timings are measured, not asserted: compare rows of one run, as ratios. A run that did not
+reach the target counts in a row's median time to target as the slowest run, not dropped
+(below: 2.0, not reached and 4.0 have the median 4.0).
 
 >>> runs = [dict(strategy="pss", samples_per_sec=s, final_accuracy=0.9, time_to_target_s=t,
 ...              efficiency=0.5) for s, t in ((300, 2.0), (100, None), (200, 4.0))]
 >>> (row,) = summarize(runs, ["pss"])
 >>> row["samples_per_sec"], row["repeats"], row["spread"]["time_to_target_s"]["median"]
-(200, 3, 3.0)
+(200, 3, 4.0)
 """
 
 from __future__ import annotations
+
+import math
 
 import json
 import os
@@ -44,18 +48,26 @@ def summarize(runs: list[dict], strategies, num_classes: int = 10) -> list[dict]
     rows = []
     for spec in strategies:
         candidates = []
-        for factor in sorted({r.get("lr_factor", 1.0) for r in runs if r["strategy"] == spec}):
+        points = sorted({(r.get("lr_factor", 1.0), r.get("momentum")) for r in runs
+                         if r["strategy"] == spec}, key=lambda p: (p[0], -(p[1] or 0.0)))
+        for factor, momentum in points:
             mine = sorted((r for r in runs if r["strategy"] == spec
-                           and r.get("lr_factor", 1.0) == factor),
+                           and (r.get("lr_factor", 1.0), r.get("momentum")) == (factor, momentum)),
                           key=lambda r: r["samples_per_sec"])
             row = dict(mine[(len(mine) - 1) // 2])
             row["repeats"] = len(mine)
-            row["spread"] = {k: metrics.aggregate([r[k] for r in mine]) for k in SPREAD_KEYS}
+            # A run that missed the target counts in the median as the slowest, not dropped.
+            row["spread"] = {k: metrics.aggregate([r[k] for r in mine],
+                                                  missing_is_worst=k == "time_to_target_s")
+                             for k in SPREAD_KEYS}
             row["diverged"] = any(r.get("stopped") or r["final_accuracy"] <= 1.5 / num_classes
                                   for r in mine)
             candidates.append(row)
         ttt = [c["spread"]["time_to_target_s"]["median"] for c in candidates]
-        grid = {c.get("lr_factor", 1.0): t for c, t in zip(candidates, ttt)}
+        # Keys are JSON keys: the lr factor, or "factor m=momentum" where momentum is gridded.
+        grid = {(c.get("lr_factor", 1.0) if c.get("momentum") is None else
+                 f"{c.get('lr_factor', 1.0)} m={c['momentum']}"): t
+                for c, t in zip(candidates, ttt)}
         ok = [c for c in candidates if not c["diverged"]] or candidates
         best = min(ok, key=lambda c: (c["spread"]["time_to_target_s"]["median"] is None,
                                       c["spread"]["time_to_target_s"]["median"] or 0.0,
@@ -117,7 +129,43 @@ def format_table(results: list[dict], cfg, ideal: float) -> str:
         lines += ["", f"Samples computed other than the budget ({cfg.tasks} x {cfg.batch_size} = "
                       f"{budget}): {', '.join(off_budget)}; their final accuracy is at that "
                       "many samples."]
-    return "\n".join(lines + _breakdown_lines(results) + _cpu_lines(results))
+    return "\n".join(lines + _breakdown_lines(results) + _cpu_lines(results)
+                     + noise_lines(results) + decision_lines(results))
+
+
+def noise_lines(results: list[dict]) -> list[str]:
+    """The gradient noise the round rows measured (policies/noise.py): the noise scale in
+    samples, at the end of the reported run.
+
+    >>> noise_lines([{"strategy": "hps", "noise_scale": 412.3}, {"strategy": "pss"}])
+    ['', "Gradient noise scale at the end (samples; measured by the rounds' applies): hps 412"]
+    """
+    rows = [(r["strategy"], r.get("noise_scale")) for r in results]
+    rows = [(name, b) for name, b in rows if b is not None and math.isfinite(b)]
+    if not rows:
+        return []
+    return ["", "Gradient noise scale at the end (samples; measured by the rounds' applies): "
+            + ", ".join(f"{name} {b:.0f}" for name, b in rows)]
+
+
+def decision_lines(results: list[dict]) -> list[str]:
+    """What the adaptive rows decided, and when (seconds from the fit's start): one line
+    per row, each decision's mode, global batch and step gain.
+
+    >>> decision_lines([{"strategy": "auto", "auto_decisions": [
+    ...     {"t_s": 2.5, "mode": "rounds", "global_batch": 128, "gain": 4.0, "why": "..."}]}])
+    ['', 'Decisions of the adaptive rows (s from the start: mode, global batch, step over the one-batch rate):', '- auto: 2.5 s sized 128 x4.00']
+    """
+    rows = [r for r in results if r.get("auto_decisions")]
+    if not rows:
+        return []
+    out = ["", "Decisions of the adaptive rows (s from the start: mode, global batch, step "
+               "over the one-batch rate):"]
+    for r in rows:
+        steps = "; ".join(f"{d['t_s']:.1f} s {'sized' if d['mode'] == 'rounds' else 'async'} "
+                          f"{d['global_batch']} x{d['gain']:.2f}" for d in r["auto_decisions"])
+        out.append(f"- {r['strategy']}: {steps}")
+    return out
 
 
 def _settings_line(cfg) -> str:

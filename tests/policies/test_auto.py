@@ -1,0 +1,201 @@
+"""The adaptive strategy's controller (policies/auto.py) and the engine's tasks of two kinds:
+decisions from measured speeds and noise, the goodput batch, and switches between sized
+rounds and asynchronous steps that lose or double no update (seeded interleavings in the
+simulator, whose tasks run exactly as the engine dispatches them)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import pytest
+
+from tf_hetero.engine import RoundEngine
+from tf_hetero.engine.cycle import RoundCycle
+from tf_hetero.policies.auto import AutoConfig, AutoController, optimal_batch
+from tf_hetero.policies.noise import GradientNoise, GradientSample
+
+from support.fakes import FakeClock, FakeDispatcher
+
+
+class _Monitor:
+    def __init__(self, unit_times, noise=None):
+        self._unit_times, self.noise, self.rounds, self.tasks = unit_times, noise, [], []
+        self.events = []
+
+    def unit_times(self, w):
+        return self._unit_times[w]
+
+    def on_event(self, name, **info):
+        self.events.append((name, info))
+
+
+class _Engine:
+    def __init__(self, monitor, n):
+        self.monitor, self.live_workers, self.num_workers, self.version = monitor, list(range(n)), n, 0
+
+
+def _controller(unit_times, **settings):
+    c = AutoController(AutoConfig(**{"window": 4, "async_tuned": False, "start": "async",
+                                     **settings}))
+    c.bind(num_workers=len(unit_times), step_units=4, unit_samples=8)
+    engine = _Engine(_Monitor(unit_times), len(unit_times))
+    c.attach(engine)
+    return c, engine
+
+
+def test_a_persistently_slow_worker_sizes_the_rounds_and_equal_workers_go_back_to_async():
+    c, engine = _controller([[0.01] * 4, [0.01] * 4, [0.04] * 4])
+    c.after_event()
+    assert c.mode == "rounds" and "worker 2 is 4.0x slower" in c.lines[-1]
+    engine.monitor._unit_times = [[0.01] * 4] * 3  # the straggler recovered
+    engine.version += 3
+    c.after_event()
+    assert c.mode == "async" and c.lines[-1].startswith("asynchronous steps")
+    assert [e[1]["mode"] for e in engine.monitor.events] == ["rounds", "async"]
+
+
+def test_transient_stragglers_do_not_move_the_medians_and_the_mode_stays_async():
+    rng = random.Random(0)
+    times = [[0.05 if rng.random() < 0.1 else 0.01 for _ in range(12)] for _ in range(4)]
+    c, _ = _controller(times, window=12)
+    c.after_event()
+    assert c.mode == "async" and not c.decisions
+
+
+def test_the_mode_waits_until_every_live_worker_is_measured():
+    c, _ = _controller([[0.01] * 4, [0.04]])
+    c.after_event()
+    assert c.mode == "async"
+
+
+def test_the_goodput_batch_is_the_geometric_mean_of_round_cost_and_noise_scale():
+    assert optimal_batch(1000.0, 0.08, 500.0) == pytest.approx(200.0)
+    assert optimal_batch(1000.0, 0.0, 500.0) == 0.0
+
+
+def test_sized_rounds_take_the_goodput_batch_within_the_memory_bound_and_its_gain():
+    noise = GradientNoise(beta=0.0)
+    noise.add(GradientSample(units=64, lanes=4, mean_sq=1.0 + 2048 / 64 / 8,
+                             lane_sq=64 * (1.0 + 2048 / 64 / 8) + 3 * 2048 / 8), unit_samples=8)
+    assert noise.noise_scale == pytest.approx(2048.0)
+    c, engine = _controller([[0.01] * 4] * 3 + [[0.04] * 4], max_batches=4)
+    engine.monitor.noise = noise
+
+    class R:  # sized rounds of 128 samples: 40 ms of compute, 100 ms apart
+        def __init__(self, i):
+            self.training, self.t_open = True, 0.1 * i
+            self.info = {"sizes": {0: 5, 1: 5, 2: 5, 3: 1}, "expected_s": 0.04}
+
+    c.after_event()
+    assert c.mode == "rounds"
+    engine.monitor.rounds = [R(i) for i in range(12)]
+    c.after_event()
+    # capacity 3 x 800 + 200 = 2600 samples/s, round cost 60 ms, noise scale 2048:
+    # sqrt(2600 x 0.06 x 2048) = 565 samples, above the bound of 4 batches per worker.
+    assert c.global_batch == 4 * 4 * 32
+    assert c.gain_now == pytest.approx(noise.gain(512, 32))
+    assert "global batch 512 samples" in c.lines[-1]
+
+
+def test_bad_settings_are_refused_with_the_value():
+    with pytest.raises(ValueError, match=r"AutoConfig\(sized_above=1\.0, async_below=1\.5\)"):
+        AutoConfig(sized_above=1.0, async_below=1.5)
+    with pytest.raises(ValueError, match=r"AutoConfig\(window=0\)"):
+        AutoConfig(window=0)
+
+
+# -- tasks of two kinds in one engine -----------------------------------------------------
+
+def test_tasks_run_in_the_mode_they_were_made_for_across_a_switch():
+    sync = AutoController(AutoConfig(start="async"))
+    sync.bind(2, 1, 8)
+    d, clock = FakeDispatcher(), FakeClock()
+    engine = RoundEngine(2, sync, sync, d, clock=clock, update_scale=sync)
+    steps = [engine.submit(i) for i in range(2)]  # made as asynchronous steps
+    sync.mode = "rounds"  # the switch: the queued steps stay steps
+    rounds = [engine.submit(i) for i in range(2, 6)]
+    assert [t.kind for t in steps + rounds] == ["step"] * 2 + ["round"] * 4
+    # The steps first, as steps; then a round of the round-kind tasks (queued on each worker
+    # behind its step).
+    assert [(task.kind, r) for task, _, r in d.dispatched] == [
+        ("step", None), ("step", None), ("round", 0), ("round", 0)]
+    assert [t.round for t in steps + rounds] == [None, None, 0, 0, None, None]
+
+
+def _interleaved(seed: int, reintroduce_mismatch: bool = False, ran: list | None = None):
+    """A simulated auto fit whose controller flips the mode at random (seeded) events.
+    Returns the simulation and ``(task kind, round)`` of every task the engine dispatched."""
+    from tf_hetero.sim import costs as costs_mod
+    from tf_hetero.sim.run import Simulation
+    from tf_hetero.tools.benchconfig import BenchConfig
+
+    cfg = BenchConfig(strategies=("auto",), profile="slow=3:2", tasks=120, steps_per_epoch=40,
+                      seed=seed)
+    sim = Simulation("auto", cfg, costs_mod.load(), learn=True)
+    controller, rng = sim.config.sync, random.Random(seed)
+    ran = [] if ran is None else ran
+    controller.config = AutoConfig(max_batches=2)  # a short queue: switches interleave
+
+    def flip(book=None):
+        if rng.random() < 0.1:
+            controller.mode = "rounds" if controller.mode == "async" else "async"
+
+    controller.after_event = flip
+    dispatch = sim.dispatcher.dispatch
+
+    def recorded(task, worker, round_id):
+        ran.append((task.kind, round_id))
+        return dispatch(task, worker, round_id)
+
+    sim.dispatcher.dispatch = recorded
+    originals = {name: getattr(RoundCycle, name)
+                 for name in ("_pump", "_rounds_pending", "_pump_async")}
+    if reintroduce_mismatch:  # every queued task run in the mode current now, not its own
+        def old_pump(self):
+            if self.rounds_mode:
+                for book in self.books:
+                    self._pump_book(book, set())
+            else:
+                self._pump_async()
+
+        def old_pump_async(self):
+            for w in sorted(self._live):
+                if self._pending and not self.busy(w):
+                    self.dispatch(self._take_pending(), w, None)
+
+        RoundCycle._pump = old_pump
+        RoundCycle._rounds_pending = lambda self: (len(self._pending), False)
+        RoundCycle._pump_async = old_pump_async
+    try:
+        sim.fit()
+    finally:
+        for name, fn in originals.items():
+            setattr(RoundCycle, name, fn)
+    return sim, ran
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_switches_run_every_task_in_its_own_mode_and_lose_or_double_no_update(seed):
+    sim, ran = _interleaved(seed)
+    engine, learner, records = sim.engine, sim.learner, sim.monitor.tasks
+    assert all((kind == "step") == (r is None) for kind, r in ran)
+    steps = [t for t in records if t.round is None]
+    rounds = [r for r in engine.rounds if r.applied > 0]
+    assert len(steps) + sum(len(r.tasks) + len(r.absorbed) for r in engine.rounds) == 120
+    assert all(t.applied for t in records)
+    # Each asynchronous step applied itself once, each round once: the learner's updates.
+    assert learner.updates == engine.version == len(steps) + len(rounds)
+    assert 0 < len(steps) < 120 and rounds  # both modes ran
+
+
+def test_the_check_fails_when_tasks_are_run_in_the_current_mode_instead_of_their_own():
+    """The bug the kinds prevent: a queued closure made for one mode run in the other (an
+    accumulating step run asynchronously applies nothing; a step run in a round applies
+    itself and leaves the round's lane empty)."""
+    from tf_hetero.sim.events import SimulationError
+
+    ran: list = []
+    with contextlib.suppress(SimulationError):  # the queue may also stall
+        _interleaved(0, reintroduce_mismatch=True, ran=ran)
+    assert not all((kind == "step") == (r is None) for kind, r in ran)

@@ -1,0 +1,92 @@
+"""AutoStrategy under real ``model.fit`` on the shared in-process cluster: it sizes rounds for
+a persistently slow worker and says so, its steps and rounds apply every task once, a
+schedule moves on in scale-invariant iterations, an optimizer whose step ignores the
+gradient's scale is refused before training, and a dataset batch 8 does not divide is
+re-batched into a divisor of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from support import small
+
+pytestmark = pytest.mark.cluster
+
+B = 8
+
+
+def _fit(strategy, optimizer, steps=24, epochs=2, batch=B, profile="slow=2:4;base_ms=20"):
+    import tf_keras as keras
+
+    import tf_hetero
+
+    with strategy.scope():
+        model = small.model()
+        model.compile(optimizer, small.loss())
+    tf_hetero.emulate(model, profile, strategy=strategy)
+    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(batch)), epochs=epochs,
+              steps_per_epoch=steps, verbose=0)
+    return model
+
+
+def test_a_slow_worker_gets_sized_rounds_and_every_update_is_counted(inprocess_cluster, capsys):
+    import tf_keras as keras
+
+    import tf_hetero
+    from tf_hetero.policies.auto import AutoConfig
+
+    strategy = tf_hetero.AutoStrategy(inprocess_cluster.resolver,
+                                      settings=AutoConfig(window=4, decide_every=2))
+    model = _fit(strategy, keras.optimizers.SGD(0.02, momentum=0.9))
+    out = capsys.readouterr().out
+    engine, controller = strategy.engine, strategy.controller
+    assert "AutoStrategy: this fit runs 48 steps" in out
+    assert controller.mode == "rounds"
+    assert engine.idle()
+    steps = [t for t in strategy.monitor.tasks if t.round is None]
+    rounds = [r for r in engine.rounds if r.applied > 0]
+    assert int(model.optimizer.iterations.numpy()) == len(rounds) + len(steps) == engine.version
+    covered = sum(len(r.tasks) + len(r.absorbed) for r in engine.rounds) + len(steps)
+    assert covered == 48  # every step of fit, once
+    # The rounds measured the gradient's noise and the step took a gain over the rate.
+    summary = strategy.monitor.summary()
+    assert summary["noise_rounds"] > 0 and summary["auto_sized"] == 1.0
+    assert all(r.info["scale"] >= 1.0 for r in rounds)
+
+
+def test_a_schedule_moves_on_by_each_rounds_gain(inprocess_cluster):
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = tf_hetero.AutoStrategy(inprocess_cluster.resolver)
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([1000], [0.02, 0.002])
+    model = _fit(strategy, keras.optimizers.SGD(schedule, momentum=0.9), steps=12, epochs=1)
+    extra = float(model.optimizer._tf_hetero_schedule.extra.numpy())  # pylint: disable=protected-access
+    gains = [r.info["scale"] for r in strategy.engine.rounds if r.applied > 0]
+    assert extra == pytest.approx(sum(g - 1.0 for g in gains), rel=1e-5)
+    assert extra > 0  # the rounds stepped more than one batch's worth
+
+
+def test_adam_is_refused_before_training_with_the_fix(inprocess_cluster):
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = tf_hetero.AutoStrategy(inprocess_cluster.resolver)
+    with pytest.raises(ValueError, match=r"^AutoStrategy: the model's optimizer is Adam, .*"
+                                         r"Fix: compile with tf_keras.optimizers.SGD"):
+        _fit(strategy, keras.optimizers.Adam(1e-3), steps=4, epochs=1)
+
+
+def test_a_batch_eight_does_not_divide_is_rebatched_into_a_divisor(inprocess_cluster):
+    import tf_keras as keras
+
+    import tf_hetero
+
+    strategy = tf_hetero.AutoStrategy(inprocess_cluster.resolver)
+    model = _fit(strategy, keras.optimizers.SGD(0.02), steps=6, epochs=1, batch=12)
+    assert strategy.granule == 4 and strategy.dataset_batch == 12
+    assert np.isfinite(model.evaluate(keras.utils.experimental.DatasetCreator(
+        small.dataset_fn(12)), steps=2, verbose=0))

@@ -1,0 +1,393 @@
+"""The adaptive strategy's controller: how to synchronize, how large a round's batch and how
+hard its step, chosen from what the monitor measures. Pure Python; the real runtime and the
+simulator run the same object (the engine's sync policy, assignment policy, update scale and
+a component at once).
+
+**How to synchronize** (:meth:`AutoController.after_event`). Two modes:
+
+- ``sized``: each round's global batch is split across the workers in proportion to their
+  speed (H-PS's sized tasks, :class:`~tf_hetero.policies.assign.BalancedBatches`), so all
+  finish together, and its apply is one step on the whole batch;
+- ``async``: asynchronous steps, exactly stock PSS's: each task one dataset batch that applies
+  its own update on the PS as it ends; no worker ever waits for another.
+
+The sync policy's ``mode`` is ``"rounds"`` or ``"async"`` accordingly, and the runtime makes
+each task's closure for the mode current when ``fit`` schedules it (an accumulating step, or
+the user's own step): the engine runs every task the way it was made, in order, so the tasks
+queued before a switch finish in the old mode and no closure is ever run in the mode it was
+not made for (a step that applies its own update inside a round would leave the round's lane
+empty, and an accumulating step run asynchronously would apply nothing). The strategy keeps
+at most :attr:`AutoController.max_pending` tasks queued, so a switch takes effect within a
+round or two.
+
+Persistent speed differences favour ``sized`` (async pays for a slow worker with stale
+gradients and a skewed data mix; sized rounds give it a small share); equal or transiently
+slow workers favour ``async`` (a round would wait for whichever worker straggles this
+time). The measure: each worker's median time per unit over its last ``window`` tasks, the
+slowest over the fastest. A median ignores a worker's occasional slow task (a transient
+straggler) and follows a lasting change within half a window. ``sized`` from
+``spread >= sized_above``, back to ``async`` below ``async_below`` (hysteresis).
+
+**How large a batch** (sized mode). Goodput = throughput x statistical efficiency (Pollux).
+With the workers' capacity ``C`` (samples/s, summed), a round's own cost ``T_o`` (seconds a
+round takes beyond its compute: dispatch, barrier, apply) and the gradient noise scale ``B``
+(samples, :mod:`tf_hetero.policies.noise`), a round of ``M`` samples has throughput
+``M / (M/C + T_o)`` and efficiency ``(B + b0) / (B + M)``; their product is largest at
+
+    M* = sqrt(C x T_o x B),
+
+rounded to whole dataset batches, at least one per worker (a round takes a step of ``fit``
+per task) and at most ``max_batches`` per worker (the memory bound). Each is
+re-measured every ``decide_every`` sized rounds; the batch changes when the predicted
+goodput of the new one is at least ``min_gain`` better.
+
+**How hard a step** (:meth:`scale`). A sized round of ``M`` samples steps by AdaScale's gain
+``r`` over the one-batch rate the user gave (``b0`` = one dataset batch): between 1 (all
+signal) and ``M / b0`` (all noise: the linear rule). An async step is one batch: gain 1.
+
+The user's one-batch rate is the one they would give stock PSS, and that rate was found for
+asynchronous steps. Asynchrony acts as momentum (Mitliagkas et al. 2016: with ``N`` workers in
+flight, SGD's expected update is a heavy ball with momentum ``1 - 1/N``): a step applied
+``tau`` updates late is, at low frequencies, amplified by ``1 + tau`` on top of the explicit
+momentum's ``1 / (1 - m)``. So a rate the user found good for stale steps is ``1 + tau``
+times too small for fresh ones (the measured optimum of synchronous rounds on ``one_slow``
+was twice the linear rule: benchmarks/results/2026-11-29-lrgrid/). The controller measures
+``tau`` on its own asynchronous steps before it sizes rounds (the same cluster, the same
+stock-PSS-like steps the rate was tuned on) and multiplies the sized rounds' gain by
+``1 + tau`` (``async_tuned``).
+
+>>> c = AutoController(AutoConfig(window=4, async_tuned=False, start="async"))
+>>> c.bind(num_workers=2, step_units=4, unit_samples=8)
+>>> class M:                     # worker 1 takes 4x as long per unit
+...     noise, rounds, tasks = None, [], []
+...     def unit_times(self, w): return [0.01 * (1 + 3 * w)] * 4
+>>> class Engine:
+...     monitor, live_workers, num_workers, version = M(), [0, 1], 2, 8
+>>> c.attach(Engine())
+>>> c.mode, c.after_event(None), c.mode
+('async', None, 'rounds')
+>>> c.lines[-1]
+'rounds sized by speed: worker 1 is 4.0x slower than the fastest (median per unit over 4 tasks)'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+
+from tf_hetero.engine.api import Component
+from tf_hetero.policies.assign import BalancedBatches
+
+__all__ = ["AutoConfig", "AutoController", "optimal_batch"]
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoConfig:
+    """The adaptive strategy's settings (every one has a default that needs no tuning).
+
+    Args:
+      window: tasks per worker whose median time per unit is its speed.
+      sized_above: the slowest worker's median over the fastest's from which rounds are
+        sized by speed.
+      async_below: the ratio under which sized rounds go back to asynchronous steps.
+      decide_every: sized rounds between two choices of the global batch.
+      max_batches: the largest global batch, in dataset batches per worker (the memory
+        bound: a worker's share of a round is at most this many of its dataset batches).
+      min_gain: relative goodput gain a new global batch must promise to be taken.
+      gain: ``"adascale"`` (the step follows the measured noise) or ``"linear"`` (the
+        linear rule: a round of ``k`` batches steps ``k`` times the one-batch rate).
+      async_tuned: the one-batch rate was chosen for asynchronous steps (stock PSS), whose
+        staleness acts as momentum: a sized round's step is its gain times a correction
+        from ``tau``, the mean staleness of asynchronous steps (measured before; ``N - 1``
+        when none ran): ``"linear"``: ``1 + tau``; ``"sqrt"``: its square root; ``"none"``
+        (or ``False``): the gain alone (module notes).
+      start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
+        ``"rounds"``: sized rounds, safe at any cluster size).
+    """
+
+    window: int = 12
+    sized_above: float = 1.5
+    async_below: float = 1.25
+    decide_every: int = 8
+    max_batches: int = 8
+    min_gain: float = 0.05
+    gain: str = "adascale"
+    async_tuned: str = "sqrt"
+    start: str = "rounds"
+
+    def __post_init__(self):
+        for name in ("window", "decide_every", "max_batches"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"AutoConfig({name}={v!r}): need an integer >= 1.")
+        if not self.sized_above >= self.async_below >= 1.0:
+            raise ValueError(
+                f"AutoConfig(sized_above={self.sized_above!r}, async_below="
+                f"{self.async_below!r}): need sized_above >= async_below >= 1 (the speed "
+                "ratios at which rounds become sized and go back to asynchronous steps).")
+        if not self.min_gain >= 0:
+            raise ValueError(f"AutoConfig(min_gain={self.min_gain!r}): need a number >= 0.")
+        if self.gain not in ("adascale", "linear"):
+            raise ValueError(f"AutoConfig(gain={self.gain!r}): use 'adascale' or 'linear'.")
+        if self.async_tuned is False:
+            object.__setattr__(self, "async_tuned", "none")
+        if self.async_tuned not in ("linear", "sqrt", "none"):
+            raise ValueError(f"AutoConfig(async_tuned={self.async_tuned!r}): use 'linear', "
+                             "'sqrt' or 'none'.")
+        if self.start not in ("async", "rounds"):
+            raise ValueError(f"AutoConfig(start={self.start!r}): use 'async' or 'rounds'.")
+
+
+def optimal_batch(capacity: float, overhead_s: float, noise_scale: float) -> float:
+    """The global batch (samples) of largest goodput: ``sqrt(C x T_o x B)`` (module notes).
+
+    >>> optimal_batch(capacity=1000.0, overhead_s=0.08, noise_scale=500.0)
+    200.0
+    """
+    return math.sqrt(max(capacity, 0.0) * max(overhead_s, 0.0) * max(noise_scale, 0.0))
+
+
+class AutoController(BalancedBatches, Component):
+    """Chooses the mode, the sized rounds' global batch and their step gain (module notes).
+
+    The engine's sync policy (:attr:`mode`, :meth:`should_close`: a sized round waits for
+    all its tasks), its assignment policy (the global batch split by speed, which this
+    object sets between rounds), its update scale (:meth:`scale`: the step's gain) and a
+    component (:meth:`after_event`: the decisions, after every task or round)."""
+
+    def __init__(self, config: AutoConfig | None = None):
+        BalancedBatches.__init__(self)
+        self.config = config or AutoConfig()
+        self.num_workers = 0
+        self.unit_samples = 1.0
+        self.mode = self.config.start  # the sync policy's mode: "async" or "rounds" (sized)
+        self._sized_rounds = 0  # sized rounds seen at the last batch choice
+        self._asked = None  # the engine's update count when the mode was last decided
+        self._start: str | None = None  # the starting decision, said at the first event
+        self.gain_now = 1.0
+        #: ``1 + tau`` (``async_tuned``): the one-batch rate's correction for fresh steps.
+        self.correction = 1.0
+        #: ``(updates applied, mode, global batch in samples, gain, why)`` per change.
+        self.decisions: list[tuple] = []
+        #: The lines said when a decision changed (the strategy prints them).
+        self.lines: list[str] = []
+        self.say = None  # the strategy's printer of those lines (None: kept only)
+
+    # ------------------------------------------------------------------- setup
+    def bind(self, num_workers: int, step_units: int, unit_samples: float) -> None:
+        """The cluster and the data, once known: ``step_units`` units per dataset batch, of
+        ``unit_samples`` samples each. The first global batch is one dataset batch per
+        worker (BSP's); a later fit on the same data keeps the one chosen since."""
+        same = (self.units is not None and self.step_units == step_units
+                and self.num_workers == num_workers)
+        self.num_workers, self.unit_samples = num_workers, float(unit_samples)
+        self.set_units(self.units if same else num_workers * step_units, step_units)
+        if not same and self.mode == "rounds":  # started sized: no staleness measured
+            why = self._correct(None)
+            self.gain_now = self._gain(None, self.units, step_units)
+            self._start = (f"starts with rounds sized by speed, global batch "
+                           f"{self.global_batch} samples (one dataset batch per worker){why}")
+
+    def set_units(self, units: int, step_units: int | None = None) -> None:
+        """The sized rounds' global batch (whole dataset batches; :meth:`bind` and the
+        strategy's data set it first, the controller afterwards)."""
+        if self.num_workers and step_units and units < self.num_workers * step_units:
+            units = self.num_workers * step_units  # a round takes a step per task at least
+        super().set_units(units, step_units)
+
+    @property
+    def bound(self) -> bool:
+        return self.step_units is not None
+
+    @property
+    def global_batch(self) -> int | None:
+        """The sized rounds' global batch in samples (``None`` before :meth:`bind`)."""
+        return None if self.units is None else int(self.units * self.unit_samples)
+
+    @property
+    def max_pending(self) -> int:
+        """Tasks the strategy keeps queued at most: the largest round's steps and one more
+        per worker, so that a mode switch reaches the tasks within a round or two."""
+        steps = self.config.max_batches * max(self.num_workers, 1)
+        return steps + max(self.num_workers, 1)
+
+    # --------------------------------------------------------------- sync policy
+    #: Its mode changes during a fit: the runtime makes each task for the mode current when
+    #: it is scheduled, and keeps at most :attr:`max_pending` queued.
+    switches = True
+
+    def should_close(self, rnd, now: float) -> bool:
+        """A sized round closes when all its tasks are done."""
+        return rnd.num_done >= len(rnd.tasks)
+
+    overlap = False
+
+    # ---------------------------------------------------------- assignment policy
+    def steps(self, round_id: int, units: int | None = None) -> int | None:
+        """Steps of ``fit`` a sized round covers: its global batch in dataset batches."""
+        if self.step_units is None:
+            return None
+        return (self.units if units is None else units) // self.step_units
+
+    # ------------------------------------------------------------ update scale
+    def scale(self, group_size: int, num_workers: int, staleness: float,
+              fraction: float = 1.0) -> float:
+        """The step of a sized round over the one-batch rate: the gain of its batch, times
+        the share of its planned units it applies."""
+        return self.gain_now * min(max(fraction, 0.0), 1.0)
+
+    # ----------------------------------------------------------------- figures
+    def summary(self, rounds, num_workers: int) -> dict:
+        """Numbers only (Keras logs and TensorBoard take scalars): ``auto_sized`` is 1 while
+        rounds are sized, 0 while steps are asynchronous."""
+        return {"auto_sized": float(self.mode == "rounds"),
+                "auto_global_batch": self.global_batch or 0, "auto_gain": self.gain_now,
+                "auto_decisions": len(self.decisions)}
+
+    # --------------------------------------------------------------- decisions
+    def after_event(self, book=None) -> None:
+        """After a task ended or a round closed: re-decide the mode (at most once per
+        worker's worth of updates) and, in sized mode, the global batch."""
+        engine = getattr(self, "engine", None)
+        monitor = getattr(engine, "monitor", None)
+        if engine is None or monitor is None or not self.bound:
+            return
+        if self._start is not None:  # said once the fit runs (the engine exists by then)
+            why, self._start = self._start, None
+            self._record(engine, monitor, why)
+        n = engine.num_workers
+        if self.mode == "rounds" or self._asked is None or engine.version - self._asked >= n:
+            self._asked = engine.version
+            self._decide_mode(engine, monitor)
+        if self.mode == "rounds":
+            self._decide_batch(engine, monitor)
+
+    def speeds(self, monitor, live) -> dict[int, float]:
+        """Each live worker's median seconds per unit over its last ``window`` tasks (only
+        workers with at least half a window measured)."""
+        w = self.config.window
+        out = {}
+        for worker in live:
+            times = monitor.unit_times(worker)[-w:]
+            if len(times) >= max(2, w // 2):
+                out[worker] = statistics.median(times)
+        return out
+
+    def _decide_mode(self, engine, monitor) -> None:
+        live = list(engine.live_workers)
+        speeds = self.speeds(monitor, live)
+        if len(speeds) < len(live) or len(speeds) < 2:
+            return  # not every live worker measured yet: keep the mode
+        slow = max(speeds, key=speeds.get)
+        spread = speeds[slow] / max(min(speeds.values()), 1e-12)
+        c = self.config
+        if self.mode == "async" and spread >= c.sized_above:
+            self._change(engine, monitor, "rounds", (
+                f"rounds sized by speed: worker {slow} is {spread:.1f}x slower than the "
+                f"fastest (median per unit over {len(monitor.unit_times(slow)[-c.window:])} "
+                "tasks)"))
+        elif self.mode == "rounds" and spread < c.async_below:
+            self._change(engine, monitor, "async", (
+                f"asynchronous steps: the workers are within {spread:.2f}x of each other "
+                "(transient delays are not waited for)"))
+
+    def _decide_batch(self, engine, monitor) -> None:
+        """Every ``decide_every`` sized rounds: the global batch of largest goodput, and the
+        gain of the batch in use."""
+        c, noise, base = self.config, getattr(monitor, "noise", None), self.step_units
+        self.gain_now = self._gain(noise, self.units, base)
+        rounds = [r for r in getattr(monitor, "rounds", []) if r.training
+                  and r.info.get("sizes") and len(r.info["sizes"]) > 1]
+        if len(rounds) - self._sized_rounds < c.decide_every or noise is None or not noise.known:
+            return
+        self._sized_rounds = len(rounds)
+        speeds = self.speeds(monitor, engine.live_workers)
+        capacity = sum(self.unit_samples / t for t in speeds.values() if t > 0)
+        overhead = _overhead_s(rounds[-c.decide_every:])
+        if not capacity or overhead is None:
+            return
+        step = base * self.unit_samples
+        # A round takes a step of fit per task at least (engine/cycle.py): one dataset batch
+        # per worker is the smallest global batch that reads every step's samples.
+        lo, hi = self.num_workers * step, c.max_batches * self.num_workers * step
+        target = min(max(round(optimal_batch(capacity, overhead, noise.noise_scale) / step)
+                         * step, lo), hi)
+        now = self.units * self.unit_samples
+        if target == now:
+            return
+
+        def goodput(m):
+            return m / (m / capacity + overhead) * noise.efficiency(m, step)
+
+        if goodput(target) < (1 + c.min_gain) * goodput(now):
+            return
+        self.set_units(int(round(target / self.unit_samples)), base)
+        self.gain_now = self._gain(noise, self.units, base)
+        self._record(engine, monitor, (
+            f"global batch {int(target)} samples (goodput {goodput(target):.0f} vs "
+            f"{goodput(now):.0f} samples/s at {int(now)}: capacity {capacity:.0f} samples/s, "
+            f"round cost {1e3 * overhead:.0f} ms, noise scale {noise.noise_scale:.0f} "
+            f"samples), step {self.gain_now:.2f}x the one-batch rate"))
+
+    def _gain(self, noise, units, base) -> float:
+        if self.config.gain == "linear":
+            r = units / base
+        else:
+            r = 1.0 if noise is None else noise.gain(units * self.unit_samples,
+                                                      base * self.unit_samples)
+        return r * self.correction
+
+    def _change(self, engine, monitor, mode: str, why: str) -> None:
+        if mode == "rounds":
+            why += self._correct(monitor)
+        self.mode = mode
+        self._sized_rounds = len([r for r in getattr(monitor, "rounds", []) if r.training])
+        self.gain_now = (self._gain(getattr(monitor, "noise", None), self.units,
+                                    self.step_units) if mode == "rounds" else 1.0)
+        self._record(engine, monitor, why)
+
+    def _correct(self, monitor) -> str:
+        """Sets :attr:`correction` from the asynchronous steps' staleness (measured, else
+        ``N - 1``); returns what to add to the decision's line."""
+        kind = self.config.async_tuned
+        if kind == "none":
+            return ""
+        tau = _async_staleness(getattr(monitor, "tasks", []), 4 * self.num_workers)
+        source = "the asynchronous steps' mean staleness"
+        if tau is None:
+            tau, source = self.num_workers - 1.0, "the staleness of N asynchronous workers"
+        self.correction = (1.0 + tau) if kind == "linear" else math.sqrt(1.0 + tau)
+        return (f"; steps {self.correction:.2f}x the gain for {source}, {tau:.2f} (the "
+                "one-batch rate was set for stale steps)")
+
+    def _record(self, engine, monitor, why: str) -> None:
+        self.decisions.append((engine.version, self.mode, self.global_batch, self.gain_now,
+                               why))
+        self.lines.append(why)
+        if self.say is not None:
+            self.say(why)
+        if hasattr(monitor, "on_event"):
+            monitor.on_event("auto_decision", mode=self.mode, global_batch=self.global_batch,
+                             gain=self.gain_now, why=why)
+
+    def __repr__(self):
+        return f"AutoController({self.config!r})"
+
+
+def _async_staleness(tasks, last: int) -> float | None:
+    """Mean staleness of the last ``last`` applied asynchronous steps (tasks of no round),
+    or ``None`` if there were none."""
+    stale = [t.staleness for t in tasks[-last:] if t.applied and t.round is None]
+    return sum(stale) / len(stale) if stale else None
+
+
+def _overhead_s(rounds) -> float | None:
+    """Median seconds a sized round took beyond its projected compute (``expected_s``: the
+    planned makespan), from one round's open to the next's."""
+    extra = []
+    for a, b in zip(rounds, rounds[1:]):
+        expected = a.info.get("expected_s")
+        if expected is not None and math.isfinite(expected):
+            extra.append(max(b.t_open - a.t_open - expected, 0.0))
+    return statistics.median(extra) if extra else None
