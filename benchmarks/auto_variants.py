@@ -34,7 +34,9 @@ def _auto_row(spec: str) -> str:
         kwargs[k] = int(v) if v.isdigit() else float(v) if v.replace(".", "", 1).isdigit() else v
     config = AutoConfig(**kwargs)
     row = "auto" + "".join(f"-{k}{v}" for k, v in kwargs.items()).replace("_", "")
-    row = "".join(c for c in row if c.isalnum() or c == "-").replace("-", "x")
+    # Registry names are lowercase letters: digits are spelled as letters (0 -> a, 1 -> b...).
+    row = "".join(chr(ord("a") + int(c)) if c.isdigit() else c
+                  for c in row if c.isalnum() or c == "-").replace("-", "x")
 
     def create(resolver, arg, **options):
         from tf_hetero.strategies.auto import AutoStrategy

@@ -98,6 +98,38 @@ def test_sized_rounds_take_the_goodput_batch_within_the_memory_bound_and_its_gai
     assert "global batch 512 samples" in c.lines[-1]
 
 
+def test_the_staleness_correction_ramps_in_over_one_plus_tau_rounds_and_the_step_is_capped():
+    """Started sized on 4 workers (tau = N - 1 = 3): the correction 1 + tau = 4 comes in over
+    4 sized rounds, so the first round steps the linear rule's gain (no noise measured: 1)
+    times 1.75 and the fifth times 4; with a max_step of 2 the step stops at twice the
+    linear rule's (4 batches: 8)."""
+
+    class R:
+        training, info = True, {"sizes": {0: 4, 1: 4, 2: 4, 3: 1}}
+
+    def gains(**settings):
+        c = AutoController(AutoConfig(window=4, start="rounds", **settings))
+        c.bind(num_workers=4, step_units=4, unit_samples=8)
+        engine = _Engine(_Monitor([[0.01] * 4] * 3 + [[0.04] * 4]), 4)
+        c.attach(engine)
+        out = []
+        for i in range(6):
+            engine.monitor.rounds = [R()] * i
+            c.after_event()
+            out.append(c.gain_now)
+        return c, out
+
+    c, ramped = gains(gain="linear", max_step=100.0)
+    assert c.correction == 4.0
+    assert ramped == pytest.approx([4 * 1.75, 4 * 2.5, 4 * 3.25, 16, 16, 16])
+    _, capped = gains(gain="linear", max_step=2.0)
+    assert capped == pytest.approx([7.0, 8.0, 8.0, 8.0, 8.0, 8.0])
+    _, off = gains(gain="linear", async_tuned="none")
+    assert off == pytest.approx([4.0] * 6)  # no correction: the linear rule alone
+    with pytest.raises(ValueError, match=r"AutoConfig\(max_step=0\)"):
+        AutoConfig(max_step=0)
+
+
 def test_bad_settings_are_refused_with_the_value():
     with pytest.raises(ValueError, match=r"AutoConfig\(sized_above=1\.0, async_below=1\.5\)"):
         AutoConfig(sized_above=1.0, async_below=1.5)

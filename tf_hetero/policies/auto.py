@@ -102,6 +102,10 @@ class AutoConfig:
         from ``tau``, the mean staleness of asynchronous steps (measured before; ``N - 1``
         when none ran): ``"linear"``: ``1 + tau``; ``"sqrt"``: its square root; ``"none"``
         (or ``False``): the gain alone (module notes).
+      max_step: the largest step of a sized round, in multiples of the linear rule's (a
+        round of ``k`` dataset batches: ``k`` times the one-batch rate). 2: where every
+        synchronous row was best on the learning-rate grid.
+      ramp: the correction comes in over ``ramp x (1 + tau)`` sized rounds.
       start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
         ``"rounds"``: sized rounds, safe at any cluster size).
     """
@@ -113,7 +117,9 @@ class AutoConfig:
     max_batches: int = 8
     min_gain: float = 0.05
     gain: str = "adascale"
-    async_tuned: str = "sqrt"
+    async_tuned: str = "linear"
+    max_step: float = 2.0
+    ramp: float = 1.0
     start: str = "rounds"
 
     def __post_init__(self):
@@ -135,6 +141,9 @@ class AutoConfig:
         if self.async_tuned not in ("linear", "sqrt", "none"):
             raise ValueError(f"AutoConfig(async_tuned={self.async_tuned!r}): use 'linear', "
                              "'sqrt' or 'none'.")
+        if not self.max_step > 0:
+            raise ValueError(f"AutoConfig(max_step={self.max_step!r}): need a number > 0 "
+                             "(the largest step in multiples of the linear rule's; 2 by default).")
         if self.start not in ("async", "rounds"):
             raise ValueError(f"AutoConfig(start={self.start!r}): use 'async' or 'rounds'.")
 
@@ -168,6 +177,9 @@ class AutoController(BalancedBatches, Component):
         self.gain_now = 1.0
         #: ``1 + tau`` (``async_tuned``): the one-batch rate's correction for fresh steps.
         self.correction = 1.0
+        #: Sized rounds applied since the correction was last set (its ramp, :meth:`_gain`).
+        self._ramped = 0
+        self._ramp_start = 0  # sized rounds seen when it was set
         #: ``(updates applied, mode, global batch in samples, gain, why)`` per change.
         self.decisions: list[tuple] = []
         #: The lines said when a decision changed (the strategy prints them).
@@ -296,9 +308,10 @@ class AutoController(BalancedBatches, Component):
         """Every ``decide_every`` sized rounds: the global batch of largest goodput, and the
         gain of the batch in use."""
         c, noise, base = self.config, getattr(monitor, "noise", None), self.step_units
-        self.gain_now = self._gain(noise, self.units, base)
         rounds = [r for r in getattr(monitor, "rounds", []) if r.training
                   and r.info.get("sizes") and len(r.info["sizes"]) > 1]
+        self._ramped = len(rounds) - self._ramp_start
+        self.gain_now = self._gain(noise, self.units, base)
         if len(rounds) - self._sized_rounds < c.decide_every or noise is None or not noise.known:
             return
         self._sized_rounds = len(rounds)
@@ -336,7 +349,18 @@ class AutoController(BalancedBatches, Component):
         else:
             r = 1.0 if noise is None else noise.gain(units * self.unit_samples,
                                                       base * self.unit_samples)
-        return r * self.correction
+        # The correction comes in over ramp x (1 + tau) sized rounds (as the linear rule's
+        # warm-up, Goyal et al. 2017): a rate at asynchronous SGD's limit on few workers
+        # takes it at once; the same rate on many workers (1 + tau large) was not tuned for
+        # their staleness, and the gradient noise rises as training settles (docs/AUTO.md).
+        span = self.config.ramp * self.correction
+        done = 1.0 if span <= 1 else min(1.0, (self._ramped + 1) / span)
+        r *= 1.0 + (self.correction - 1.0) * done
+        # At most max_step times the linear rule's step (units / base batches): the
+        # correction assumes the one-batch rate was at asynchronous SGD's limit; the cap
+        # holds a rate that was not (the same rate on 64 workers) to what rounds were
+        # measured to take (docs/AUTO.md, section 2).
+        return min(r, self.config.max_step * units / base)
 
     def _change(self, engine, monitor, mode: str, why: str) -> None:
         if mode == "rounds":
@@ -351,6 +375,9 @@ class AutoController(BalancedBatches, Component):
         """Sets :attr:`correction` from the asynchronous steps' staleness (measured, else
         ``N - 1``); returns what to add to the decision's line."""
         kind = self.config.async_tuned
+        self._ramp_start = len([r for r in getattr(monitor, "rounds", []) if r.training
+                                and r.info.get("sizes") and len(r.info["sizes"]) > 1])
+        self._ramped = 0
         if kind == "none":
             return ""
         tau = _async_staleness(getattr(monitor, "tasks", []), 4 * self.num_workers)
