@@ -95,3 +95,20 @@ def test_async_gate_ignores_failed_workers():
     assert 2 not in [w for _, w, _ in d.dispatched[3:]]
     assert e.clocks == {0: 2, 1: 1, 2: 0}
     assert sorted(w for _, w, _ in d.dispatched[3:5]) == [0, 1]
+
+
+def test_a_depth_of_two_keeps_each_workers_next_step_handed_before_its_last_one_ends():
+    """With the sync policy's async_depth 2 (AutoStrategy's) every worker holds its next step
+    while it runs one, as stock PSS's queue does; depth 1 (default) hands it over only after."""
+
+    class Deep(Async):
+        async_depth = 2
+
+    for policy, held in ((Async(), 1), (Deep(), 2)):
+        e, d, _, _ = make(2, policy, None)
+        tasks = [e.submit(i) for i in range(10)]
+        assert [len(e.running(w)) for w in (0, 1)] == [held, held]
+        assert sorted(w for _, w, _ in d.dispatched) == sorted([0, 1] * held)
+        run(e, tasks[0], 0)
+        assert len(e.running(0)) == held  # one ended, the next was handed at once
+        assert e.version == 1 and [t.round for t in tasks] == [None] * 10

@@ -55,12 +55,25 @@ def test_a_persistently_slow_worker_sizes_the_rounds_and_equal_workers_go_back_t
     assert [e[1]["mode"] for e in engine.monitor.events] == ["rounds", "async"]
 
 
-def test_transient_stragglers_do_not_move_the_medians_and_the_mode_stays_async():
+def test_transient_stragglers_do_not_move_the_quartiles_and_the_mode_stays_async():
     rng = random.Random(0)
     times = [[0.05 if rng.random() < 0.1 else 0.01 for _ in range(12)] for _ in range(4)]
     c, _ = _controller(times, window=12)
     c.after_event()
     assert c.mode == "async" and not c.decisions
+
+
+def test_a_burst_of_stragglers_on_one_worker_is_not_taken_for_a_slow_worker():
+    """Half of worker 1's last 12 tasks straggled 4x (the burst `transient`'s seeded draws
+    hold, which moved a median 2.7x): its lower quartile is its speed, so async stays; the
+    same worker 4x slower in 10 of 12 sizes the rounds."""
+    burst = [0.01, 0.04] * 6
+    c, _ = _controller([[0.01] * 12, burst, [0.01] * 12], window=12)
+    c.after_event()
+    assert c.mode == "async" and not c.decisions
+    c, _ = _controller([[0.01] * 12, [0.01] * 2 + [0.04] * 10, [0.01] * 12], window=12)
+    c.after_event()
+    assert c.mode == "rounds" and "worker 1 is 4.0x slower" in c.lines[-1]
 
 
 def test_the_mode_waits_until_every_live_worker_is_measured():

@@ -93,6 +93,11 @@ class RoundEngine(RoundCycle):
         self._books = Books(num_workers, sync, assign, books, grouping, monitor)
         self.gate = gate
         self._gate_free = gate is None or bool(getattr(gate, "unbounded", False))
+        #: Asynchronous steps a worker holds at once, running and handed (the sync policy's
+        #: ``async_depth``, default 1). 2 keeps a worker's next step on its queue, as stock
+        #: PSS's shared queue does, so it starts as the last one ends instead of after the
+        #: engine's round trip (task ended -> next handed -> launched).
+        self._async_depth = max(1, int(getattr(sync, "async_depth", 1)))
         self.dispatcher = dispatcher
         self.clock = clock
         self.components = list(components)

@@ -70,6 +70,7 @@ class RoundCycle:
     _echoes: dict
     _live: set
     _gate_free: bool
+    _async_depth: int
     _last_plan: Any
     _error: BaseException | None
 
@@ -105,15 +106,17 @@ class RoundCycle:
         return task
 
     def _pump_async(self) -> None:
-        for w in sorted(self._live, key=lambda w: self.clocks[w]):
-            if not self._pending or self._pending[0].kind != "step":
-                return
-            if self.busy(w):
-                continue
-            if not self._gate_free and not self.gate.may_start(
-                    w, {v: self.clocks[v] for v in self._live}):
-                continue
-            self.dispatch(self._take_pending(), w, None)
+        # Up to the depth, one task per worker per pass: the least advanced workers first.
+        for _ in range(self._async_depth):
+            for w in sorted(self._live, key=lambda w: self.clocks[w]):
+                if not self._pending or self._pending[0].kind != "step":
+                    return
+                if len(self.running(w)) >= self._async_depth:
+                    continue
+                if not self._gate_free and not self.gate.may_start(
+                        w, {v: self.clocks[v] for v in self._live}):
+                    continue
+                self.dispatch(self._take_pending(), w, None)
 
     def _gated(self) -> set:
         """Live workers the gate keeps from starting a task now (a gate over books: SSP with

@@ -23,9 +23,11 @@ round or two.
 Persistent speed differences favour ``sized`` (async pays for a slow worker with stale
 gradients and a skewed data mix; sized rounds give it a small share); equal or transiently
 slow workers favour ``async`` (a round would wait for whichever worker straggles this
-time). The measure: each worker's median time per unit over its last ``window`` tasks, the
-slowest over the fastest. A median ignores a worker's occasional slow task (a transient
-straggler) and follows a lasting change within half a window. ``sized`` from
+time). The measure: each worker's lower quartile of time per unit over its last ``window``
+tasks (what it does when it is not straggling), the slowest over the fastest. A transient
+straggler moves only the top of a worker's times, even in bursts (6 slow tasks of 12 moved a
+median by 2.7x on `transient`'s draws), and a lasting change moves every quantile within
+three quarters of a window. ``sized`` from
 ``spread >= sized_above``, back to ``async`` below ``async_below`` (hysteresis).
 
 **How large a batch** (sized mode). Goodput = throughput x statistical efficiency (Pollux).
@@ -47,14 +49,13 @@ signal) and ``M / b0`` (all noise: the linear rule). An async step is one batch:
 
 The user's one-batch rate is the one they would give stock PSS, and that rate was found for
 asynchronous steps. Asynchrony acts as momentum (Mitliagkas et al. 2016: with ``N`` workers in
-flight, SGD's expected update is a heavy ball with momentum ``1 - 1/N``): a step applied
-``tau`` updates late is, at low frequencies, amplified by ``1 + tau`` on top of the explicit
-momentum's ``1 / (1 - m)``. So a rate the user found good for stale steps is ``1 + tau``
-times too small for fresh ones (the measured optimum of synchronous rounds on ``one_slow``
-was twice the linear rule: benchmarks/results/2026-11-29-lrgrid/). The controller measures
-``tau`` on its own asynchronous steps before it sizes rounds (the same cluster, the same
-stock-PSS-like steps the rate was tuned on) and multiplies the sized rounds' gain by
-``1 + tau`` (``async_tuned``).
+flight, SGD's expected update is a heavy ball with momentum ``1 - 1/N``), and a gradient
+``tau`` updates stale narrows SGD's stable rates by about ``1 + tau``; so a rate found good
+for stale steps is up to ``1 + tau`` times too small for fresh ones. A sized round steps
+``min(r x c, max_step x k)`` times the one-batch rate: ``c`` goes from 1 to ``1 + tau``
+(``tau`` measured on the strategy's own asynchronous steps, else ``N - 1``; ``async_tuned``)
+over ``1 + tau`` sized rounds (the linear rule's warm-up), and ``k`` is the round's dataset
+batches (docs/AUTO.md, section 2, with the measurements).
 
 >>> c = AutoController(AutoConfig(window=4, async_tuned=False, start="async"))
 >>> c.bind(num_workers=2, step_units=4, unit_samples=8)
@@ -67,7 +68,7 @@ stock-PSS-like steps the rate was tuned on) and multiplies the sized rounds' gai
 >>> c.mode, c.after_event(None), c.mode
 ('async', None, 'rounds')
 >>> c.lines[-1]
-'rounds sized by speed: worker 1 is 4.0x slower than the fastest (median per unit over 4 tasks)'
+'rounds sized by speed: worker 1 is 4.0x slower than the fastest (lower quartile per unit over 4 tasks)'
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ class AutoConfig:
     """The adaptive strategy's settings (every one has a default that needs no tuning).
 
     Args:
-      window: tasks per worker whose median time per unit is its speed.
-      sized_above: the slowest worker's median over the fastest's from which rounds are
+      window: tasks per worker whose lower quartile of time per unit is its speed.
+      sized_above: the slowest worker's quartile over the fastest's from which rounds are
         sized by speed.
       async_below: the ratio under which sized rounds go back to asynchronous steps.
       decide_every: sized rounds between two choices of the global batch.
@@ -234,6 +235,9 @@ class AutoController(BalancedBatches, Component):
         return rnd.num_done >= len(rnd.tasks)
 
     overlap = False
+    #: Asynchronous steps a worker holds (running and queued): its next step waits on its
+    #: own queue, as under stock PSS, not for the engine to hand it over (engine/core.py).
+    async_depth = 2
 
     # ---------------------------------------------------------- assignment policy
     def steps(self, round_id: int, units: int | None = None) -> int | None:
@@ -276,14 +280,14 @@ class AutoController(BalancedBatches, Component):
             self._decide_batch(engine, monitor)
 
     def speeds(self, monitor, live) -> dict[int, float]:
-        """Each live worker's median seconds per unit over its last ``window`` tasks (only
+        """Each live worker's lower quartile of seconds per unit over its last ``window`` tasks (only
         workers with at least half a window measured)."""
         w = self.config.window
         out = {}
         for worker in live:
             times = monitor.unit_times(worker)[-w:]
             if len(times) >= max(2, w // 2):
-                out[worker] = statistics.median(times)
+                out[worker] = sorted(times)[(len(times) - 1) // 4]
         return out
 
     def _decide_mode(self, engine, monitor) -> None:
@@ -297,7 +301,7 @@ class AutoController(BalancedBatches, Component):
         if self.mode == "async" and spread >= c.sized_above:
             self._change(engine, monitor, "rounds", (
                 f"rounds sized by speed: worker {slow} is {spread:.1f}x slower than the "
-                f"fastest (median per unit over {len(monitor.unit_times(slow)[-c.window:])} "
+                f"fastest (lower quartile per unit over {len(monitor.unit_times(slow)[-c.window:])} "
                 "tasks)"))
         elif self.mode == "rounds" and spread < c.async_below:
             self._change(engine, monitor, "async", (
@@ -381,12 +385,16 @@ class AutoController(BalancedBatches, Component):
         if kind == "none":
             return ""
         tau = _async_staleness(getattr(monitor, "tasks", []), 4 * self.num_workers)
-        source = "the asynchronous steps' mean staleness"
+        source = "measured on the asynchronous steps"
         if tau is None:
-            tau, source = self.num_workers - 1.0, "the staleness of N asynchronous workers"
+            tau, source = self.num_workers - 1.0, f"N - 1 for {self.num_workers} workers"
         self.correction = (1.0 + tau) if kind == "linear" else math.sqrt(1.0 + tau)
-        return (f"; steps {self.correction:.2f}x the gain for {source}, {tau:.2f} (the "
-                "one-batch rate was set for stale steps)")
+        formula = "1 + staleness" if kind == "linear" else "sqrt(1 + staleness)"
+        span = max(1, math.ceil(self.config.ramp * self.correction))
+        return (f"; the one-batch rate was set for stale steps: rounds step up to "
+                f"{self.correction:.2f}x the batch's gain ({formula}, staleness {tau:.2f} "
+                f"{source}), reached over {span} rounds, at most "
+                f"{self.config.max_step:g}x the linear rule")
 
     def _record(self, engine, monitor, why: str) -> None:
         self.decisions.append((engine.version, self.mode, self.global_batch, self.gain_now,
