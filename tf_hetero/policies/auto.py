@@ -392,7 +392,7 @@ class AutoController(BalancedBatches, Component):
         formula = "1 + staleness" if kind == "linear" else "sqrt(1 + staleness)"
         span = max(1, math.ceil(self.config.ramp * self.correction))
         return (f"; the one-batch rate was set for stale steps: rounds step up to "
-                f"{self.correction:.2f}x the batch's gain ({formula}, staleness {tau:.2f} "
+                f"{self.correction:.2f}x the batch's gain ({formula}, staleness {tau:.2f}: "
                 f"{source}), reached over {span} rounds, at most "
                 f"{self.config.max_step:g}x the linear rule")
 
