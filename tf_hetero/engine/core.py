@@ -208,16 +208,8 @@ class RoundEngine(RoundCycle):
         """Blocks until fewer than ``limit`` tasks are queued (the engine dispatches them as
         workers free up), or ``timeout`` seconds passed (False). Raises the engine's error.
         A strategy whose sync policy switches modes keeps its queue short this way."""
-        deadline = time.monotonic() + timeout
         with self._lock:
-            while len(self._pending) >= limit:
-                self._raise_if_error()
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(min(left, 1.0))
-            self._raise_if_error()
-            return True
+            return self._wait_for(lambda: len(self._pending) < limit, timeout)
 
     def flush(self) -> None:
         """No more tasks are coming for now (``join``, ``fetch``): let a partial round start."""
@@ -236,18 +228,23 @@ class RoundEngine(RoundCycle):
 
         Returns False after ``timeout`` seconds; raises the engine's error if it failed.
         """
-        deadline = time.monotonic() + timeout  # real time, whatever clock stamps events
         with self._lock:
             self._flushing = True
             self._pump()
-            while not self.idle():
-                self._raise_if_error()
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(min(left, 1.0))
+            return self._wait_for(self.idle, timeout)
+
+    def _wait_for(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Under the lock: waits until ``done()`` (True) or ``timeout`` seconds of real time,
+        whatever clock stamps events (False); raises the engine's error."""
+        deadline = time.monotonic() + timeout
+        while not done():
             self._raise_if_error()
-            return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._changed.wait(min(left, 1.0))
+        self._raise_if_error()
+        return True
 
     def wait_boundary(self, timeout: float) -> bool:
         """Blocks until a round boundary: every submitted task finished and every round

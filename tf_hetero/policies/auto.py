@@ -312,8 +312,7 @@ class AutoController(BalancedBatches, Component):
         """Every ``decide_every`` sized rounds: the global batch of largest goodput, and the
         gain of the batch in use."""
         c, noise, base = self.config, getattr(monitor, "noise", None), self.step_units
-        rounds = [r for r in getattr(monitor, "rounds", []) if r.training
-                  and r.info.get("sizes") and len(r.info["sizes"]) > 1]
+        rounds = _sized_rounds(monitor)
         self._ramped = len(rounds) - self._ramp_start
         self.gain_now = self._gain(noise, self.units, base)
         if len(rounds) - self._sized_rounds < c.decide_every or noise is None or not noise.known:
@@ -379,8 +378,7 @@ class AutoController(BalancedBatches, Component):
         """Sets :attr:`correction` from the asynchronous steps' staleness (measured, else
         ``N - 1``); returns what to add to the decision's line."""
         kind = self.config.async_tuned
-        self._ramp_start = len([r for r in getattr(monitor, "rounds", []) if r.training
-                                and r.info.get("sizes") and len(r.info["sizes"]) > 1])
+        self._ramp_start = len(_sized_rounds(monitor))
         self._ramped = 0
         if kind == "none":
             return ""
@@ -408,6 +406,12 @@ class AutoController(BalancedBatches, Component):
 
     def __repr__(self):
         return f"AutoController({self.config!r})"
+
+
+def _sized_rounds(monitor) -> list:
+    """The monitor's training rounds split across several workers (sized rounds)."""
+    return [r for r in getattr(monitor, "rounds", []) if r.training
+            and r.info.get("sizes") and len(r.info["sizes"]) > 1]
 
 
 def _async_staleness(tasks, last: int) -> float | None:
