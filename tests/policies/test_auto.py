@@ -141,6 +141,8 @@ def test_the_staleness_correction_ramps_in_over_one_plus_tau_rounds_and_the_step
     assert off == pytest.approx([4.0] * 6)  # no correction: the linear rule alone
     with pytest.raises(ValueError, match=r"AutoConfig\(max_step=0\)"):
         AutoConfig(max_step=0)
+    with pytest.raises(ValueError, match=r"AutoConfig\(ramp=-1\)"):
+        AutoConfig(ramp=-1)
 
 
 def test_bad_settings_are_refused_with_the_value():

@@ -145,6 +145,9 @@ class AutoConfig:
         if not self.max_step > 0:
             raise ValueError(f"AutoConfig(max_step={self.max_step!r}): need a number > 0 "
                              "(the largest step in multiples of the linear rule's; 2 by default).")
+        if not (isinstance(self.ramp, (int, float)) and self.ramp >= 0):
+            raise ValueError(f"AutoConfig(ramp={self.ramp!r}): need a number >= 0 (the "
+                             "correction's ramp in multiples of 1 + tau rounds; 0: at once).")
         if self.start not in ("async", "rounds"):
             raise ValueError(f"AutoConfig(start={self.start!r}): use 'async' or 'rounds'.")
 
