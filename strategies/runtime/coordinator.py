@@ -124,8 +124,7 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
                       kwargs)
         elif entry.step_fn is not None:  # one dataset batch of granules, its own update
             size = self.config.assign.step_units
-            source = (entry.step_fn, (self.code_tensor(size, keep=True),) + tuple(args or ()),
-                      kwargs)
+            source = (entry.step_fn.of(size), tuple(args or ()), kwargs)
         else:
             source = (fn, args, kwargs)
         closure = self.dispatcher.task_closure(source)
@@ -209,13 +208,13 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
             with patch_lock, tfcompat.coordinator.being_scheduled(self.strategy):
                 fn.get_concrete_function(*args)
 
-    def code_tensor(self, code: int, keep: bool = False) -> tf.Tensor:
-        """The int64 tensor of a task code (:func:`task_code`); NO_ROUND's is cached, and any
-        other with ``keep`` (the same tensor object lets a closure be copied, closures.py)."""
+    def code_tensor(self, code: int) -> tf.Tensor:
+        """The int64 tensor of a task code (:func:`task_code`); NO_ROUND's is cached (the same
+        tensor object lets a closure be copied, closures.py)."""
         t = self._code_tensors.get(code)
         if t is None:
             t = tf.constant(code, tf.int64)
-            if code < 0 or keep:
+            if code < 0:
                 self._code_tensors[code] = t
         return t
 

@@ -108,8 +108,8 @@ def is_iterator(value) -> bool:
 
 class GranuleIterator:
     """Stands in for a worker's iterator in a sized task: ``next()`` reads ``size`` granules
-    (an int64 tensor, >= 1) and returns them concatenated as one batch; everything else is
-    the wrapped iterator's."""
+    (an int64 tensor, >= 1, or a Python int fixed when the step is traced) and returns them
+    concatenated as one batch; everything else is the wrapped iterator's."""
 
     def __init__(self, iterator, size: tf.Tensor):
         self._iterator, self._size = iterator, size
@@ -121,6 +121,8 @@ class GranuleIterator:
         return self.get_next()
 
     def get_next(self):
+        if isinstance(self._size, int):  # known when traced: the reads unrolled
+            return self._read_static(self._size)
         first = next(self._iterator)
         flat = tf.nest.flatten(first)
         arrays = tuple(tf.TensorArray(t.dtype, size=0, dynamic_size=True, infer_shape=False)
@@ -137,6 +139,16 @@ class GranuleIterator:
         parts = [tf.ensure_shape(a.concat(), [None] + t.shape[1:].as_list())
                  for a, t in zip(arrays, flat)]
         return tf.nest.pack_sequence_as(first, parts)
+
+    def _read_static(self, size: int):
+        # An asynchronous step of AutoStrategy always reads one dataset batch (the same number
+        # of granules): ``size`` reads and one concat, with the batch's static shape, where the
+        # loop above builds tensor arrays in a while loop on every step.
+        reads = [next(self._iterator) for _ in range(size)]
+        if size == 1:
+            return reads[0]
+        columns = zip(*(tf.nest.flatten(r) for r in reads))
+        return tf.nest.pack_sequence_as(reads[0], [tf.concat(c, axis=0) for c in columns])
 
     def __getattr__(self, name):
         return getattr(self._iterator, name)

@@ -34,7 +34,7 @@ class StepEntry:
         self.accumulate_fn = accumulate_fn
         #: A strategy whose mode switches (AutoStrategy), with sized rounds: the step as the
         #: user wrote it (its own update) reading ``size`` granules as one batch, i.e. one
-        #: dataset batch as stock PSS's step does (``step_fn(size, *args)``).
+        #: dataset batch as stock PSS's step does (``step_fn.of(size)(*args)``).
         self.step_fn = step_fn
         self.is_train = is_train
         # The accumulators the step writes: a round applies only these (another model's
@@ -45,6 +45,28 @@ class StepEntry:
         # seconds of stall).
         self.keep = keep
         self.trace_s: float | None = None  # seconds the trace took (set by StepTracer)
+
+
+class _StepsBySize:
+    """The user's step reading ``size`` granules as one batch, one ``tf.function`` per size
+    (a Python int when traced: the reads unrolled, the batch's shape static; the same
+    function object for the same size, so its closures are copied, closures.py)."""
+
+    def __init__(self, python_fn):
+        self._python_fn, self._by_size = python_fn, {}
+
+    def of(self, size: int):
+        fn = self._by_size.get(size)
+        if fn is None:
+            python_fn = self._python_fn
+
+            @tf.function
+            def step_fn(*a, **kw):  # traced when the first asynchronous step is made
+                a = tuple(GranuleIterator(x, size) if is_iterator(x) else x for x in a)
+                return python_fn(*a, **kw)
+
+            fn = self._by_size[size] = step_fn
+        return fn
 
 
 class StepTracer:
@@ -130,10 +152,7 @@ class StepTracer:
         self.accumulators_of[accumulate_fn] = accs
         step_fn = None
         if sized and self.config.switches_modes:
-            @tf.function
-            def step_fn(size, *a, **kw):  # traced when the first asynchronous step is made
-                a = tuple(GranuleIterator(x, size) if is_iterator(x) else x for x in a)
-                return python_fn(*a, **kw)
+            step_fn = _StepsBySize(python_fn)
 
         return StepEntry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep,
                          accumulators=accs, step_fn=step_fn)

@@ -90,3 +90,33 @@ def test_a_batch_eight_does_not_divide_is_rebatched_into_a_divisor(inprocess_clu
     assert strategy.granule == 4 and strategy.dataset_batch == 12
     assert np.isfinite(model.evaluate(keras.utils.experimental.DatasetCreator(
         small.dataset_fn(12)), steps=2, verbose=0))
+
+
+def test_asynchronous_steps_read_one_dataset_batch_unrolled_and_each_applies_itself(
+        inprocess_cluster):
+    import tf_keras as keras
+
+    import tf_hetero
+    from tf_hetero.policies.auto import AutoConfig
+
+    strategy = tf_hetero.AutoStrategy(inprocess_cluster.resolver, settings=AutoConfig(
+        start="async", sized_above=100.0, async_below=100.0))  # async throughout
+    model = _fit(strategy, keras.optimizers.SGD(0.02, momentum=0.9), steps=12, epochs=1,
+                 batch=4 * B, profile="base_ms=5")
+    assert strategy.controller.mode == "async" and not strategy.engine.rounds
+    steps = strategy.monitor.tasks
+    assert len(steps) == 12 and all(t.round is None and t.applied for t in steps)
+    assert int(model.optimizer.iterations.numpy()) == 12 == strategy.engine.version
+    # The step reads its dataset batch as granules known when traced: one read per granule
+    # and a concat, with the batch's static shape (no while loop of tensor arrays per step).
+    coordinator = model._cluster_coordinator  # pylint: disable=protected-access
+    (entry,) = [e for e in coordinator.tracer.entries.values() if e.step_fn is not None]
+    units = 4 * B // strategy.granule
+    assert units > 1
+    fns = entry.step_fn.of(units)._list_all_concrete_functions()  # pylint: disable=protected-access
+    assert fns
+    for f in fns:
+        ops = [op.type for op in f.graph.get_operations()]
+        # (a distributed iterator's read: IteratorGetNextAsOptional, docs/TF_INTERNALS.md)
+        assert ops.count("IteratorGetNextAsOptional") == units
+        assert not [t for t in ops if "While" in t]

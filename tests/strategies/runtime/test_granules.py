@@ -30,8 +30,11 @@ def _distributed():
     return iter(strategy.distribute_datasets_from_function(lambda _: _granules()))
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["tensor", "traced"])
 @pytest.mark.parametrize("make", [_plain, _distributed], ids=["plain", "distributed"])
-def test_a_task_reads_its_size_in_granules_in_order(make):
+def test_a_task_reads_its_size_in_granules_in_order(make, static):
+    """A size tensor gives a dynamic batch; a Python int (AutoStrategy's asynchronous step)
+    is unrolled when traced, one trace per size, with the batch's static shape."""
     iterator, start = make(), 0
     seen = []
 
@@ -41,13 +44,17 @@ def test_a_task_reads_its_size_in_granules_in_order(make):
         seen.append((x.shape.as_list(), y.shape.as_list()))
         return x, y
 
-    for size in (1, 3, 2, 5, 1):
-        x, y = read(iterator, tf.constant(size, tf.int64))
+    sizes = (1, 3, 2, 5, 1) if not static else (3, 3, 1)
+    for size in sizes:
+        x, y = read(iterator, size if static else tf.constant(size, tf.int64))
         expected = list(range(start, start + size * GRANULE))
         assert y.numpy().tolist() == expected
         assert x.numpy()[:, 0].tolist() == expected
         start += size * GRANULE
-    assert seen[0] == ([None, 3], [None])  # the batch varies; the features stay static
+    if static:
+        assert seen == [([3 * GRANULE, 3], [3 * GRANULE]), ([GRANULE, 3], [GRANULE])]
+    else:
+        assert seen[0] == ([None, 3], [None])  # the batch varies; the features stay static
 
 
 def test_granulate_refuses_a_batch_that_is_not_a_multiple():
