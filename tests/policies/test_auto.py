@@ -76,6 +76,20 @@ def test_a_burst_of_stragglers_on_one_worker_is_not_taken_for_a_slow_worker():
     assert c.mode == "rounds" and "worker 1 is 4.0x slower" in c.lines[-1]
 
 
+def test_after_a_switch_the_next_batch_choice_counts_sized_rounds_only():
+    """A switch to rounds starts the count to the next batch choice at the sized rounds seen
+    (the list the choice itself counts): counting every training round there (a one-lane
+    round is one too) pushed the choice later by as many."""
+    import types
+
+    c, engine = _controller([[0.01] * 4, [0.01] * 4, [0.04] * 4])
+    one_lane = types.SimpleNamespace(training=True, info={"sizes": {0: 4}})
+    sized = types.SimpleNamespace(training=True, info={"sizes": {0: 4, 1: 4, 2: 1}})
+    engine.monitor.rounds = [one_lane] * 5 + [sized] * 3
+    c.after_event()
+    assert c.mode == "rounds" and c._batch_decided_at == 3  # pylint: disable=protected-access
+
+
 def test_the_mode_waits_until_every_live_worker_is_measured():
     c, _ = _controller([[0.01] * 4, [0.04]])
     c.after_event()

@@ -175,7 +175,7 @@ class AutoController(BalancedBatches, Component):
         self.num_workers = 0
         self.unit_samples = 1.0
         self.mode = self.config.start  # the sync policy's mode: "async" or "rounds" (sized)
-        self._sized_rounds = 0  # sized rounds seen at the last batch choice
+        self._batch_decided_at = 0  # sized rounds seen at the last batch choice
         self._asked = None  # the engine's update count when the mode was last decided
         self._start: str | None = None  # the starting decision, said at the first event
         self.gain_now = 1.0
@@ -318,9 +318,10 @@ class AutoController(BalancedBatches, Component):
         rounds = _sized_rounds(monitor)
         self._ramped = len(rounds) - self._ramp_start
         self.gain_now = self._gain(noise, self.units, base)
-        if len(rounds) - self._sized_rounds < c.decide_every or noise is None or not noise.known:
+        if (len(rounds) - self._batch_decided_at < c.decide_every or noise is None
+                or not noise.known):
             return
-        self._sized_rounds = len(rounds)
+        self._batch_decided_at = len(rounds)
         speeds = self.speeds(monitor, engine.live_workers)
         capacity = sum(self.unit_samples / t for t in speeds.values() if t > 0)
         overhead = _overhead_s(rounds[-c.decide_every:])
@@ -372,7 +373,7 @@ class AutoController(BalancedBatches, Component):
         if mode == "rounds":
             why += self._correct(monitor)
         self.mode = mode
-        self._sized_rounds = len([r for r in getattr(monitor, "rounds", []) if r.training])
+        self._batch_decided_at = len(_sized_rounds(monitor))  # the next choice counts from here
         self.gain_now = (self._gain(getattr(monitor, "noise", None), self.units,
                                     self.step_units) if mode == "rounds" else 1.0)
         self._record(engine, monitor, why)
