@@ -452,7 +452,11 @@ def auto(workers: int | None = None, *, granularity: int | None = None, settings
         raise TypeError(f"AutoStrategy(settings={settings!r}): need a "
                         "tf_hetero.policies.auto.AutoConfig.")
     controller = AutoController(settings)
+    cutoff = controller.config.cutoff
+    # With a cut-off, a round's late shares are folded into a later one (EPSP's slack
+    # sync), and the engine ticks so that a round closes at its cut-off with no task ending.
+    components = (controller,) + ((LateFolding(policies.StalenessWeight(8)),) if cutoff else ())
     return EngineConfig("auto", sync=controller, assign=controller, granule=g,
                         granule_fixed=granularity is not None,
-                        components=(controller,), update_scale=controller,
-                        stall_timeout_s=stall_timeout_s)
+                        components=components, update_scale=controller,
+                        tick_s=EPSP_TICK_S if cutoff else 0.0, stall_timeout_s=stall_timeout_s)

@@ -37,7 +37,7 @@ class _Engine:
 
 def _controller(unit_times, **settings):
     c = AutoController(AutoConfig(**{"window": 4, "async_tuned": False, "start": "async",
-                                     **settings}))
+                                     "async_below": 1.25, **settings}))
     c.bind(num_workers=len(unit_times), step_units=4, unit_samples=8)
     engine = _Engine(_Monitor(unit_times), len(unit_times))
     c.attach(engine)
@@ -260,3 +260,45 @@ def test_the_check_fails_when_tasks_are_run_in_the_current_mode_instead_of_their
     with contextlib.suppress(SimulationError):  # the queue may also stall
         _interleaved(0, reintroduce_mismatch=True, ran=ran)
     assert not all((kind == "step") == (r is None) for kind, r in ran)
+
+
+def _straggled(cutoff: float):
+    """A simulated auto fit (sized rounds throughout) on workers that straggle 5x on one
+    task in five; returns the simulation."""
+    from tf_hetero.sim import costs as costs_mod
+    from tf_hetero.sim.run import Simulation
+    from tf_hetero.tools.benchconfig import BenchConfig
+
+    cfg = BenchConfig(strategies=("auto",), profile="straggle=0.2x5;seed=3", tasks=160,
+                      steps_per_epoch=40, seed=0)
+    sim = Simulation("auto", cfg, costs_mod.load(), learn=True)
+    sim.config.sync.config = AutoConfig(async_below=1.0, cutoff=cutoff)  # rounds throughout
+    sim.fit()
+    return sim
+
+
+def test_a_round_past_its_cutoff_folds_the_late_share_and_its_worker_sits_out():
+    sim = _straggled(cutoff=2.0)
+    engine, records = sim.engine, sim.monitor.tasks
+    tasks = [t for r in engine.rounds for t in r.tasks]
+    late = [t for t in tasks if t.state in ("folded", "dropped")]
+    assert late, "no round closed at its cut-off"
+    # Every step of fit in exactly one round: run (applied, folded or dropped) or absorbed.
+    assert len(tasks) + sum(len(r.absorbed) for r in engine.rounds) == 160
+    assert all(t.state in ("done", "folded", "dropped", "absorbed") for t in tasks)
+    assert any(r.folds for r in engine.rounds)  # a late share went into a later apply
+    # A worker still running its late share got no task in the round that opened next
+    # (the late task's round was closed when that round was planned).
+    for t in late:
+        nxt = engine.rounds[t.round + 1] if t.round + 1 < len(engine.rounds) else None
+        if nxt is not None and nxt.t_open < t.t_end:
+            assert t.lane_id not in {u.pinned for u in nxt.tasks}
+    assert sim.learner.updates == engine.version == len([r for r in engine.rounds
+                                                         if r.applied > 0])
+    assert not [t for t in records if t.round is None]  # no asynchronous step ran
+
+
+def test_without_a_cutoff_every_round_waits_for_its_stragglers():
+    engine = _straggled(cutoff=0).engine
+    assert all(t.state in ("done", "absorbed") for r in engine.rounds for t in r.tasks)
+    assert not any(r.folds for r in engine.rounds)

@@ -21,13 +21,17 @@ at most :attr:`AutoController.max_pending` tasks queued, so a switch takes effec
 round or two.
 
 Persistent speed differences favour ``sized`` (async pays for a slow worker with stale
-gradients and a skewed data mix; sized rounds give it a small share); equal or transiently
-slow workers favour ``async`` (a round would wait for whichever worker straggles this
-time). The measure: each worker's lower quartile of time per unit over its last ``window``
-tasks (what it does when it is not straggling), the slowest over the fastest. A transient
-straggler moves only the top of a worker's times, even in bursts (6 slow tasks of 12 moved a
-median by 2.7x on `transient`'s draws), and a lasting change moves every quantile within
-three quarters of a window. ``sized`` from
+gradients and a skewed data mix; sized rounds give it a small share). A transient straggler
+would hold a round: past its cut-off (``cutoff`` x its projected makespan) a sized round
+closes without it, its late share is folded into a later round, and it sits out the rounds
+that open while it finishes. Measured, sized rounds with the cut-off reached the target
+sooner than asynchronous steps on equal and on transiently slow workers too, so by default
+a fit stays in sized rounds (``async_below=1``); asynchronous steps are there for
+``start="async"`` or a larger ``async_below``. The measure: each worker's lower quartile of
+time per unit over its last ``window`` tasks (what it does when it is not straggling), the
+slowest over the fastest. A transient straggler moves only the top of a worker's times,
+even in bursts (6 slow tasks of 12 moved a median by 2.7x on `transient`'s draws), and a
+lasting change moves every quantile within three quarters of a window. ``sized`` from
 ``spread >= sized_above``, back to ``async`` below ``async_below`` (hysteresis).
 
 **How large a batch** (sized mode). Goodput = throughput x statistical efficiency (Pollux).
@@ -91,7 +95,10 @@ class AutoConfig:
       window: tasks per worker whose lower quartile of time per unit is its speed.
       sized_above: the slowest worker's quartile over the fastest's from which rounds are
         sized by speed.
-      async_below: the ratio under which sized rounds go back to asynchronous steps.
+      async_below: the ratio under which sized rounds go back to asynchronous steps; 1
+        (the default): never, as sized rounds with a cut-off reached the target sooner
+        than asynchronous steps on equal and on transiently slow workers (docs/AUTO.md,
+        section 4); e.g. 1.25 to let equal workers run asynchronously.
       decide_every: sized rounds between two choices of the global batch.
       max_batches: the largest global batch, in dataset batches per worker (the memory
         bound: a worker's share of a round is at most this many of its dataset batches).
@@ -109,11 +116,17 @@ class AutoConfig:
       ramp: the correction comes in over ``ramp x (1 + tau)`` sized rounds.
       start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
         ``"rounds"``: sized rounds, safe at any cluster size).
+      cutoff: a sized round closes without its last tasks once it has run ``cutoff`` times
+        its projected makespan (the slowest share at the measured speeds) with half its
+        units in; a late share is folded into a later round, weighted
+        ``1 / (1 + staleness)``, and its worker sits out the rounds that open while it
+        finishes (its share goes to the free workers). ``0``: every round waits for all
+        its tasks (H-PS's rounds).
     """
 
     window: int = 12
     sized_above: float = 1.5
-    async_below: float = 1.25
+    async_below: float = 1.0
     decide_every: int = 8
     max_batches: int = 8
     min_gain: float = 0.05
@@ -122,6 +135,7 @@ class AutoConfig:
     max_step: float = 2.0
     ramp: float = 1.0
     start: str = "rounds"
+    cutoff: float = 2.0
 
     def __post_init__(self):
         for name in ("window", "decide_every", "max_batches"):
@@ -148,6 +162,11 @@ class AutoConfig:
         if not (isinstance(self.ramp, (int, float)) and self.ramp >= 0):
             raise ValueError(f"AutoConfig(ramp={self.ramp!r}): need a number >= 0 (the "
                              "correction's ramp in multiples of 1 + tau rounds; 0: at once).")
+        if not (isinstance(self.cutoff, (int, float)) and not isinstance(self.cutoff, bool)
+                and (self.cutoff == 0 or self.cutoff >= 1)):
+            raise ValueError(f"AutoConfig(cutoff={self.cutoff!r}): need 0 (rounds wait for "
+                             "every task) or a number >= 1 (times the round's projected "
+                             "makespan; 2 by default).")
         if self.start not in ("async", "rounds"):
             raise ValueError(f"AutoConfig(start={self.start!r}): use 'async' or 'rounds'.")
 
@@ -234,8 +253,29 @@ class AutoController(BalancedBatches, Component):
     switches = True
 
     def should_close(self, rnd, now: float) -> bool:
-        """A sized round closes when all its tasks are done."""
-        return rnd.num_done >= len(rnd.tasks)
+        """A sized round closes when all its tasks are done, or, past its cut-off, when half
+        its units are (the late ones are folded into a later round)."""
+        if rnd.all_done:
+            return True
+        cutoff = self.config.cutoff
+        if not cutoff or not rnd.expected_s > 0 or now < rnd.t_open + cutoff * rnd.expected_s:
+            return False
+        units_in = sum(t.size for t in rnd.tasks if t.state == "done")  # (a str enum)
+        return 2 * units_in >= sum(t.size for t in rnd.tasks)
+
+    def plan(self, ctx, units: int | None = None):
+        """A sized round split across the live workers; with a cut-off, a worker still
+        running a late share sits the round out (its task would start only after that
+        share, and the round would wait for it after all) while another worker is free."""
+        engine = getattr(self, "engine", None)
+        if self.config.cutoff and ctx.busy and ctx.idle and engine is not None:
+            late = tuple(w for w in ctx.busy if any(
+                t.round is not None and engine.rounds[t.round].closed
+                for t in engine.running(w)))
+            if late:
+                ctx = dataclasses.replace(ctx, busy=tuple(w for w in ctx.busy
+                                                          if w not in late))
+        return super().plan(ctx, units)
 
     overlap = False
     #: Asynchronous steps a worker holds (running and queued): its next step waits on its
