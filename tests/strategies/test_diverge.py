@@ -27,8 +27,8 @@ def _fit(strategy, lr, steps=60):
 #: Round strategies check each round's mean gradient; ASP (steps that apply on their own)
 #: each step's loss. SSP's steps are one-task rounds applied by the chief.
 ASYNC = ("asp",)
-#: AutoStrategy starts with rounds and goes to asynchronous steps once it has measured equal
-#: workers (the shared cluster's are): the check that stops it is the one of its mode then.
+#: AutoStrategy: the check that stops it may be the loss of one of fit's steps, seen in its
+#: sized rounds too ("the loss of step 6 is 1.2e+05"), before a round's gradient norm.
 SWITCHES = ("auto",)
 
 

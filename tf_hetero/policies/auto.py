@@ -268,13 +268,13 @@ class AutoController(BalancedBatches, Component):
         running a late share sits the round out (its task would start only after that
         share, and the round would wait for it after all) while another worker is free."""
         engine = getattr(self, "engine", None)
-        if self.config.cutoff and ctx.busy and ctx.idle and engine is not None:
-            late = tuple(w for w in ctx.busy if any(
-                t.round is not None and engine.rounds[t.round].closed
-                for t in engine.running(w)))
-            if late:
-                ctx = dataclasses.replace(ctx, busy=tuple(w for w in ctx.busy
-                                                          if w not in late))
+        if self.config.cutoff and ctx.idle and engine is not None:
+            def running_late(w):
+                return any(t.round is not None and engine.rounds[t.round].closed
+                           for t in engine.running(w))
+
+            ctx = dataclasses.replace(ctx, busy=tuple(w for w in ctx.busy
+                                                      if not running_late(w)))
         return super().plan(ctx, units)
 
     overlap = False
