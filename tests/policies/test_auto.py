@@ -23,8 +23,8 @@ class _Monitor:
         self._unit_times, self.noise, self.rounds, self.tasks = unit_times, noise, [], []
         self.events = []
 
-    def unit_times(self, w):
-        return self._unit_times[w]
+    def unit_times(self, w, last=None):
+        return self._unit_times[w][-last:] if last else self._unit_times[w]
 
     def on_event(self, name, **info):
         self.events.append((name, info))
@@ -53,6 +53,24 @@ def test_a_persistently_slow_worker_sizes_the_rounds_and_equal_workers_go_back_t
     c.after_event()
     assert c.mode == "async" and c.lines[-1].startswith("asynchronous steps")
     assert [e[1]["mode"] for e in engine.monitor.events] == ["rounds", "async"]
+
+
+def test_ticks_with_nothing_new_measured_read_nothing():
+    """The engine ticks every few ms for the cut-off: between two measurements the
+    controller reads no speed (reading them on each tick cost the chief ~0.1 core)."""
+    c, engine = _controller([[0.01] * 4, [0.01] * 4, [0.04] * 4])
+    reads = []
+    unit_times = engine.monitor.unit_times
+    engine.monitor.unit_times = lambda w, last=None: reads.append(w) or unit_times(w, last)
+    c.after_event()
+    first = len(reads)
+    assert first and c.mode == "rounds"
+    for _ in range(5):  # ticks
+        c.after_event()
+    assert len(reads) == first
+    engine.version += 1  # an update applied: the next event decides again
+    c.after_event()
+    assert len(reads) > first
 
 
 def test_transient_stragglers_do_not_move_the_quartiles_and_the_mode_stays_async():

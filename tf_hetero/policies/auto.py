@@ -197,6 +197,8 @@ class AutoController(BalancedBatches, Component):
         self._batch_decided_at = 0  # sized rounds seen at the last batch choice
         self._asked = None  # the engine's update count when the mode was last decided
         self._start: str | None = None  # the starting decision, said at the first event
+        self._seen = None  # what was measured at the last decision (after_event)
+        self._sized = (None, 0, [])  # (monitor, rounds scanned, sized rounds): _sized_rounds
         self.gain_now = 1.0
         #: ``1 + tau`` (``async_tuned``): the one-batch rate's correction for fresh steps.
         self.correction = 1.0
@@ -312,6 +314,15 @@ class AutoController(BalancedBatches, Component):
         monitor = getattr(engine, "monitor", None)
         if engine is None or monitor is None or not self.bound:
             return
+        # The engine's ticker calls this every few ms for the cut-off: decide only when
+        # something was measured since (a task or a round recorded, an update, a worker
+        # joining or leaving); the decisions read nothing else. Deciding on every tick cost
+        # the chief ~0.1 core on one_slow (benchmarks/results/2026-12-02-auto-lean).
+        seen = (engine.version, len(monitor.tasks), len(monitor.rounds),
+                len(engine.live_workers))
+        if seen == self._seen and self._start is None:
+            return
+        self._seen = seen
         if self._start is not None:  # said once the fit runs (the engine exists by then)
             why, self._start = self._start, None
             self._record(engine, monitor, why)
@@ -328,7 +339,7 @@ class AutoController(BalancedBatches, Component):
         w = self.config.window
         out = {}
         for worker in live:
-            times = monitor.unit_times(worker)[-w:]
+            times = monitor.unit_times(worker, last=w)
             if len(times) >= max(2, w // 2):
                 out[worker] = sorted(times)[(len(times) - 1) // 4]
         return out
@@ -344,7 +355,7 @@ class AutoController(BalancedBatches, Component):
         if self.mode == "async" and spread >= c.sized_above:
             self._change(engine, monitor, "rounds", (
                 f"rounds sized by speed: worker {slow} is {spread:.1f}x slower than the "
-                f"fastest (lower quartile per unit over {len(monitor.unit_times(slow)[-c.window:])} "
+                f"fastest (lower quartile per unit over {len(monitor.unit_times(slow, c.window))} "
                 "tasks)"))
         elif self.mode == "rounds" and spread < c.async_below:
             self._change(engine, monitor, "async", (
@@ -355,7 +366,7 @@ class AutoController(BalancedBatches, Component):
         """Every ``decide_every`` sized rounds: the global batch of largest goodput, and the
         gain of the batch in use."""
         c, noise, base = self.config, getattr(monitor, "noise", None), self.step_units
-        rounds = _sized_rounds(monitor)
+        rounds = self._sized_rounds(monitor)
         self._ramped = len(rounds) - self._ramp_start
         self.gain_now = self._gain(noise, self.units, base)
         if (len(rounds) - self._batch_decided_at < c.decide_every or noise is None
@@ -413,7 +424,8 @@ class AutoController(BalancedBatches, Component):
         if mode == "rounds":
             why += self._correct(monitor)
         self.mode = mode
-        self._batch_decided_at = len(_sized_rounds(monitor))  # the next choice counts from here
+        # the next choice counts from here
+        self._batch_decided_at = len(self._sized_rounds(monitor))
         self.gain_now = (self._gain(getattr(monitor, "noise", None), self.units,
                                     self.step_units) if mode == "rounds" else 1.0)
         self._record(engine, monitor, why)
@@ -422,7 +434,7 @@ class AutoController(BalancedBatches, Component):
         """Sets :attr:`correction` from the asynchronous steps' staleness (measured, else
         ``N - 1``); returns what to add to the decision's line."""
         kind = self.config.async_tuned
-        self._ramp_start = len(_sized_rounds(monitor))
+        self._ramp_start = len(self._sized_rounds(monitor))
         self._ramped = 0
         if kind == "none":
             return ""
@@ -438,6 +450,19 @@ class AutoController(BalancedBatches, Component):
                 f"{source}), reached over {span} rounds, at most "
                 f"{self.config.max_step:g}x the linear rule")
 
+    def _sized_rounds(self, monitor) -> list:
+        """The monitor's training rounds split across several workers (sized rounds): the
+        new records scanned only (the monitor appends; a new monitor starts over)."""
+        rounds = getattr(monitor, "rounds", [])
+        seen_by, scanned, sized = self._sized
+        if seen_by is not monitor:
+            scanned, sized = 0, []
+        n = len(rounds)  # a round recorded meanwhile is scanned next time
+        sized.extend(r for r in rounds[scanned:n] if r.training
+                     and r.info.get("sizes") and len(r.info["sizes"]) > 1)
+        self._sized = (monitor, n, sized)
+        return sized
+
     def _record(self, engine, monitor, why: str) -> None:
         self.decisions.append((engine.version, self.mode, self.global_batch, self.gain_now,
                                why))
@@ -450,12 +475,6 @@ class AutoController(BalancedBatches, Component):
 
     def __repr__(self):
         return f"AutoController({self.config!r})"
-
-
-def _sized_rounds(monitor) -> list:
-    """The monitor's training rounds split across several workers (sized rounds)."""
-    return [r for r in getattr(monitor, "rounds", []) if r.training
-            and r.info.get("sizes") and len(r.info["sizes"]) > 1]
 
 
 def _async_staleness(tasks, last: int) -> float | None:

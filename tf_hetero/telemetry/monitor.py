@@ -156,11 +156,13 @@ class Monitor:
         with self._lock:
             return list(self._durations[worker])
 
-    def unit_times(self, worker: int) -> list[float]:
+    def unit_times(self, worker: int, last: int | None = None) -> list[float]:
         """Seconds per work unit (task duration / task size) of ``worker``'s finished tasks,
-        oldest first: what sized strategies estimate speed from."""
+        oldest first: what sized strategies estimate speed from (the ``last`` ones only if
+        given: a controller asking after every event need not copy the whole history)."""
         with self._lock:
-            return list(self._unit_times[worker])
+            times = self._unit_times[worker]
+            return list(times if last is None else times[-last:])
 
     def snapshot(self) -> tuple[list[TaskRecord], list[RoundRecord]]:
         with self._lock:
