@@ -65,7 +65,7 @@ batches (docs/AUTO.md, section 2, with the measurements).
 >>> c.bind(num_workers=2, step_units=4, unit_samples=8)
 >>> class M:                     # worker 1 takes 4x as long per unit
 ...     noise, rounds, tasks = None, [], []
-...     def unit_times(self, w): return [0.01 * (1 + 3 * w)] * 4
+...     def unit_times(self, w, last=None): return [0.01 * (1 + 3 * w)] * 4
 >>> class Engine:
 ...     monitor, live_workers, num_workers, version = M(), [0, 1], 2, 8
 >>> c.attach(Engine())
@@ -317,7 +317,7 @@ class AutoController(BalancedBatches, Component):
         # The engine's ticker calls this every few ms for the cut-off: decide only when
         # something was measured since (a task or a round recorded, an update, a worker
         # joining or leaving); the decisions read nothing else. Deciding on every tick cost
-        # the chief ~0.1 core on one_slow (benchmarks/results/2026-12-02-auto-lean).
+        # the chief ~0.1 core on one_slow (benchmarks/results/2026-12-02-auto-suite).
         seen = (engine.version, len(monitor.tasks), len(monitor.rounds),
                 len(engine.live_workers))
         if seen == self._seen and self._start is None:
