@@ -115,7 +115,7 @@ class AutoConfig:
         synchronous row was best on the learning-rate grid.
       ramp: the correction comes in over ``ramp x (1 + tau)`` sized rounds.
       start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
-        ``"rounds"``: sized rounds, safe at any cluster size).
+        ``"rounds"``: sized rounds; their step collapsed on 16 workers, docs/AUTO.md section 5).
       cutoff: a sized round closes without its last tasks once it has run ``cutoff`` times
         its projected makespan (the slowest share at the measured speeds) with half its
         units in; a late share is folded into a later round, weighted
