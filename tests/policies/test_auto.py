@@ -177,6 +177,41 @@ def test_the_staleness_correction_ramps_in_over_one_plus_tau_rounds_and_the_step
         AutoConfig(ramp=-1)
 
 
+def test_rounds_whose_gradient_explodes_halve_the_step_for_the_rest_of_the_fit():
+    """Started sized on 4 workers at the linear rule's gain capped at twice it (8x): eight
+    rounds of steady gradients keep the step; two rounds whose mean gradient is 6x and 40x
+    the median before halve it (4x), with a decision line; ``unstable=0`` keeps 8x."""
+
+    class R:
+        training = True
+
+        def __init__(self, norm, step):
+            self.info = {"sizes": {0: 4, 1: 4, 2: 4, 3: 1}, "grad_norm": norm, "scale": step}
+
+    def run(**settings):
+        c = AutoController(AutoConfig(window=4, start="rounds", gain="linear", ramp=0,
+                                      **settings))
+        c.bind(num_workers=4, step_units=4, unit_samples=8)
+        engine = _Engine(_Monitor([[0.01] * 4] * 3 + [[0.04] * 4]), 4)
+        c.attach(engine)
+        out = []
+        for norm in [1.0] * 8 + [6.0, 40.0] + [3.0] * 4:
+            engine.monitor.rounds.append(R(norm, c.gain_now))
+            c.after_event()
+            out.append(c.gain_now)
+        return c, out
+
+    c, steps = run()
+    assert steps == [8.0] * 9 + [4.0] * 5
+    assert c.decisions[-1][3] == 4.0
+    assert c.lines[-1].startswith("step at most 4.00x the one-batch rate from now on: the "
+                                  "mean gradient's norm rose to 6x and 40x the median")
+    _, off = run(unstable=0)
+    assert off == [8.0] * 14
+    with pytest.raises(ValueError, match=r"AutoConfig\(unstable=1\)"):
+        AutoConfig(unstable=1)
+
+
 def test_bad_settings_are_refused_with_the_value():
     with pytest.raises(ValueError, match=r"AutoConfig\(sized_above=1\.0, async_below=1\.5\)"):
         AutoConfig(sized_above=1.0, async_below=1.5)

@@ -83,6 +83,7 @@ import statistics
 
 from tf_hetero.engine.api import Component
 from tf_hetero.policies.assign import BalancedBatches
+from tf_hetero.policies.stability import StepCeiling
 
 __all__ = ["AutoConfig", "AutoController", "optimal_batch"]
 
@@ -114,6 +115,10 @@ class AutoConfig:
         round of ``k`` dataset batches: ``k`` times the one-batch rate). 2: where every
         synchronous row was best on the learning-rate grid.
       ramp: the correction comes in over ``ramp x (1 + tau)`` sized rounds.
+      unstable: a sized round's mean-gradient norm over the median of the rounds before it
+        at which the step counts as past its edge of stability (two rounds in a row, or one
+        at its square): the step's ceiling becomes half the step taken, for the rest of the
+        fit (:class:`~tf_hetero.policies.stability.StepCeiling`). ``0``: never.
       start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
         ``"rounds"``: sized rounds; their step collapsed on 16 workers, docs/AUTO.md section 5).
       cutoff: a sized round closes without its last tasks once it has run ``cutoff`` times
@@ -134,6 +139,7 @@ class AutoConfig:
     async_tuned: str = "linear"
     max_step: float = 2.0
     ramp: float = 1.0
+    unstable: float = 4.0
     start: str = "rounds"
     cutoff: float = 2.0
 
@@ -162,6 +168,10 @@ class AutoConfig:
         if not (isinstance(self.ramp, (int, float)) and self.ramp >= 0):
             raise ValueError(f"AutoConfig(ramp={self.ramp!r}): need a number >= 0 (the "
                              "correction's ramp in multiples of 1 + tau rounds; 0: at once).")
+        if not (isinstance(self.unstable, (int, float)) and not isinstance(self.unstable, bool)
+                and (self.unstable == 0 or self.unstable > 1)):
+            raise ValueError(f"AutoConfig(unstable={self.unstable!r}): need 0 (never back "
+                             "off) or a ratio > 1 (4 by default).")
         if not (isinstance(self.cutoff, (int, float)) and not isinstance(self.cutoff, bool)
                 and (self.cutoff == 0 or self.cutoff >= 1)):
             raise ValueError(f"AutoConfig(cutoff={self.cutoff!r}): need 0 (rounds wait for "
@@ -205,6 +215,9 @@ class AutoController(BalancedBatches, Component):
         #: Sized rounds applied since the correction was last set (its ramp, :meth:`_gain`).
         self._ramped = 0
         self._ramp_start = 0  # sized rounds seen when it was set
+        #: The step's measured edge of stability (None: ``unstable=0``).
+        self.ceiling = StepCeiling(self.config.unstable) if self.config.unstable else None
+        self._checked = 0  # sized rounds the ceiling has seen
         #: ``(updates applied, mode, global batch in samples, gain, why)`` per change.
         self.decisions: list[tuple] = []
         #: The lines said when a decision changed (the strategy prints them).
@@ -220,6 +233,8 @@ class AutoController(BalancedBatches, Component):
                 and self.num_workers == num_workers)
         self.num_workers, self.unit_samples = num_workers, float(unit_samples)
         self.set_units(self.units if same else num_workers * step_units, step_units)
+        if not same and self.config.unstable:
+            self.ceiling, self._checked = StepCeiling(self.config.unstable), 0
         if not same and self.mode == "rounds":  # started sized: no staleness measured
             why = self._correct(None)
             self.gain_now = self._gain(None, self.units, step_units)
@@ -368,6 +383,7 @@ class AutoController(BalancedBatches, Component):
         c, noise, base = self.config, getattr(monitor, "noise", None), self.step_units
         rounds = self._sized_rounds(monitor)
         self._ramped = len(rounds) - self._ramp_start
+        self._check_stability(engine, monitor, rounds)
         self.gain_now = self._gain(noise, self.units, base)
         if (len(rounds) - self._batch_decided_at < c.decide_every or noise is None
                 or not noise.known):
@@ -418,7 +434,29 @@ class AutoController(BalancedBatches, Component):
         # correction assumes the one-batch rate was at asynchronous SGD's limit; the cap
         # holds a rate that was not (the same rate on 64 workers) to what rounds were
         # measured to take (docs/AUTO.md, section 2).
-        return min(r, self.config.max_step * units / base)
+        r = min(r, self.config.max_step * units / base)
+        # Under the edge of stability the rounds measured (StepCeiling: a step whose
+        # gradients exploded, halved); inf until then.
+        return r if self.ceiling is None else min(r, self.ceiling.ceiling)
+
+    def _check_stability(self, engine, monitor, rounds) -> None:
+        """Hands the sized rounds applied since the last call to the step's ceiling; a
+        back-off is a decision (its line says why)."""
+        if self.ceiling is None:
+            return
+        if self._checked > len(rounds):  # a new monitor: its rounds from the start
+            self._checked = 0
+        for rnd in rounds[self._checked:]:
+            norm, step = rnd.info.get("grad_norm"), rnd.info.get("scale")
+            if norm is None or step is None:
+                continue
+            why = self.ceiling.observe(float(norm), float(step))
+            if why is not None:
+                self.gain_now = min(self.gain_now, self.ceiling.ceiling)
+                self._record(engine, monitor, (
+                    f"step at most {self.ceiling.ceiling:.2f}x the one-batch rate from now "
+                    f"on: {why}"))
+        self._checked = len(rounds)
 
     def _change(self, engine, monitor, mode: str, why: str) -> None:
         if mode == "rounds":

@@ -1,0 +1,93 @@
+"""The step's edge of stability, measured: a ceiling lowered when a round's gradient explodes.
+
+A step past SGD's stable rate (``2 / lambda`` along the sharpest direction, more with momentum)
+makes the iterate bounce across the valley with growing amplitude: the rounds' mean gradient
+grows several-fold within a few rounds while the loss climbs. A step inside it moves the
+gradient's norm gradually (measured on ``one_slow``: at most 3.6x the median of the 16 rounds
+before, over 400 rounds; on 16 workers at 32x the one-batch rate, 8x then 39x in consecutive
+rounds before the fit collapsed; docs/AUTO.md, section 2). :class:`StepCeiling` watches each
+sized round's mean-gradient norm (the apply reports it) against the median of the rounds
+before; on a spike it halves the largest step of the last rounds and keeps the step under it
+for the rest of the fit. The ceiling never rises again: probing upward would re-enter the
+instability whose first spike already costs accuracy.
+
+>>> c = StepCeiling(factor=4.0, window=8, min_rounds=4)
+>>> [c.observe(n, step=8.0) for n in (1.0, 1.2, 0.9, 1.1, 3.9, 1.0)]
+[None, None, None, None, None, None]
+>>> c.ceiling
+inf
+>>> c.observe(5.0, step=8.0) is None      # one round at 5x: not yet
+True
+>>> print(c.observe(30.0, step=8.0))      # the next one too: the step was unstable
+the mean gradient's norm rose to 5x and 29x the median of the 6 rounds before (1.05) in two rounds in a row at a step of 8.00x the one-batch rate: the step is past its edge of stability
+>>> c.ceiling
+4.0
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+
+__all__ = ["StepCeiling"]
+
+
+class StepCeiling:
+    """The largest step (in multiples of the one-batch rate) rounds may take.
+
+    Args:
+      factor: a round's mean-gradient norm over the median of the previous rounds' at which
+        it counts as a spike; two spikes in a row, or one of ``factor ** 2``, lower the
+        ceiling.
+      window: rounds whose median norm is the reference.
+      min_rounds: rounds measured (since the start or the last back-off) before a spike
+        is judged: the rounds right after a spike ring with it (momentum) and are no
+        reference.
+      backoff: the new ceiling, as a fraction of the largest step of the last rounds.
+    """
+
+    def __init__(self, factor: float = 4.0, window: int = 16, min_rounds: int = 4,
+                 backoff: float = 0.5):
+        if not factor > 1:
+            raise ValueError(f"StepCeiling(factor={factor!r}): need a number > 1.")
+        if not 0 < backoff < 1:
+            raise ValueError(f"StepCeiling(backoff={backoff!r}): need 0 < backoff < 1.")
+        self.factor, self.backoff, self.min_rounds = factor, backoff, min_rounds
+        self.norms: collections.deque = collections.deque(maxlen=window)
+        self.steps: collections.deque = collections.deque(maxlen=3)
+        self.pending: float | None = None  # the previous round's ratio, if it was a spike
+        #: The largest step allowed (``inf`` until the first back-off).
+        self.ceiling = math.inf
+        #: ``(ratio, step, new ceiling)`` per back-off.
+        self.backoffs: list[tuple] = []
+
+    def observe(self, norm: float, step: float) -> str | None:
+        """One sized round applied: its mean gradient's ``norm`` and the ``step`` it took.
+        Returns why the ceiling was lowered, or ``None``."""
+        if not (math.isfinite(norm) and norm >= 0 and math.isfinite(step)):
+            return None  # a NaN/Inf round is the divergence guard's (engine/guard.py)
+        self.steps.append(step)
+        if len(self.norms) < self.min_rounds:
+            self.norms.append(norm)
+            return None
+        reference = statistics.median(self.norms)
+        ratio = norm / reference if reference > 0 else math.inf
+        if ratio < self.factor:
+            self.pending = None
+            self.norms.append(norm)
+            return None
+        earlier, self.pending = self.pending, ratio
+        if earlier is None and ratio < self.factor ** 2:
+            return None  # one spike: noise, or the start of an instability (judged next round)
+        largest = max(self.steps)
+        self.ceiling = min(self.ceiling, self.backoff * largest)
+        self.backoffs.append((ratio, largest, self.ceiling))
+        n = len(self.norms)
+        self.norms.clear()
+        self.pending = None
+        rise = (f"{earlier:.0f}x and {ratio:.0f}x" if earlier is not None else f"{ratio:.0f}x")
+        when = "in two rounds in a row" if earlier is not None else "in one round"
+        return (f"the mean gradient's norm rose to {rise} the median of the {n} rounds "
+                f"before ({reference:.2f}) {when} at a step of {largest:.2f}x the one-batch "
+                f"rate: the step is past its edge of stability")
