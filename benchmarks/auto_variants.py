@@ -63,7 +63,7 @@ def main(scenario: str, repeats: int, out_dir: str, rows: list[str]) -> None:
     from tf_hetero.telemetry.cpu import CpuMeter
     from tf_hetero.telemetry.traffic import TrafficMeter
 
-    runs = []
+    runs, failed = [], {}
     with LocalCluster(cfg.workers, cfg.ps, profile=profile, processes=True) as cluster:
         meter, cpu = TrafficMeter.for_cluster(cluster), CpuMeter.for_cluster(cluster)
         bench.warm_up(cluster, cfg, profile)
@@ -72,11 +72,18 @@ def main(scenario: str, repeats: int, out_dir: str, rows: list[str]) -> None:
             random.Random(cfg.seed + rep).shuffle(order)
             print(f"[auto_variants] repeat {rep + 1}/{repeats}: {order}", flush=True)
             for name, factor in order:
-                run = run_strategy(name, cluster, cfg, profile, factor, meter,
-                                   seed=cfg.seed + rep, cpu_meter=cpu)
+                try:
+                    run = run_strategy(name, cluster, cfg, profile, factor, meter,
+                                       seed=cfg.seed + rep, cpu_meter=cpu)
+                except Exception as e:  # pylint: disable=broad-except
+                    # As `tf-hetero bench`: one broken row must not lose the others' runs.
+                    first = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+                    failed.setdefault(name, f"{type(e).__name__}: {first}")
+                    print(f"[auto_variants] {name} failed: {failed[name]}", flush=True)
+                    continue
                 run["repeat"] = rep
                 runs.append(run)
-    bench._write_report(cfg, runs, {})
+    bench._write_report(cfg, runs, failed)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,10 @@ for stale steps is up to ``1 + tau`` times too small for fresh ones. A sized rou
 ``min(r x c, max_step x k)`` times the one-batch rate: ``c`` goes from 1 to ``1 + tau``
 (``tau`` measured on the strategy's own asynchronous steps, else ``N - 1``; ``async_tuned``)
 over ``1 + tau`` sized rounds (the linear rule's warm-up), and ``k`` is the round's dataset
-batches (docs/AUTO.md, section 2, with the measurements).
+batches; and under the edge of stability the rounds measure: two rounds in a row whose
+mean gradient explodes halve the step for the rest of the fit (``unstable``,
+:class:`~tf_hetero.policies.stability.StepCeiling`; docs/AUTO.md, section 2, with the
+measurements).
 
 >>> c = AutoController(AutoConfig(window=4, async_tuned=False, start="async"))
 >>> c.bind(num_workers=2, step_units=4, unit_samples=8)
