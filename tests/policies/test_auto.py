@@ -179,7 +179,7 @@ def test_the_staleness_correction_ramps_in_over_one_plus_tau_rounds_and_the_step
 
 def test_rounds_whose_gradient_explodes_halve_the_step_for_the_rest_of_the_fit():
     """Started sized on 4 workers at the linear rule's gain capped at twice it (8x): eight
-    rounds of steady gradients keep the step; two rounds whose mean gradient is 6x and 40x
+    rounds of steady gradients keep the step; two rounds whose mean gradient is 8x and 40x
     the median before halve it (4x), with a decision line; ``unstable=0`` keeps 8x."""
 
     class R:
@@ -195,7 +195,7 @@ def test_rounds_whose_gradient_explodes_halve_the_step_for_the_rest_of_the_fit()
         engine = _Engine(_Monitor([[0.01] * 4] * 3 + [[0.04] * 4]), 4)
         c.attach(engine)
         out = []
-        for norm in [1.0] * 8 + [6.0, 40.0] + [3.0] * 4:
+        for norm in [1.0] * 8 + [8.0, 40.0] + [3.0] * 4:
             engine.monitor.rounds.append(R(norm, c.gain_now))
             c.after_event()
             out.append(c.gain_now)
@@ -205,7 +205,7 @@ def test_rounds_whose_gradient_explodes_halve_the_step_for_the_rest_of_the_fit()
     assert steps == [8.0] * 9 + [4.0] * 5
     assert c.decisions[-1][3] == 4.0
     assert c.lines[-1].startswith("step at most 4.00x the one-batch rate from now on: the "
-                                  "mean gradient's norm rose to 6x and 40x the median")
+                                  "mean gradient's norm rose to 8x and 40x the median")
     _, off = run(unstable=0)
     assert off == [8.0] * 14
     with pytest.raises(ValueError, match=r"AutoConfig\(unstable=1\)"):

@@ -142,7 +142,7 @@ class AutoConfig:
     async_tuned: str = "linear"
     max_step: float = 2.0
     ramp: float = 1.0
-    unstable: float = 4.0
+    unstable: float = 6.0
     start: str = "rounds"
     cutoff: float = 2.0
 
@@ -174,7 +174,7 @@ class AutoConfig:
         if not (isinstance(self.unstable, (int, float)) and not isinstance(self.unstable, bool)
                 and (self.unstable == 0 or self.unstable > 1)):
             raise ValueError(f"AutoConfig(unstable={self.unstable!r}): need 0 (never back "
-                             "off) or a ratio > 1 (4 by default).")
+                             "off) or a ratio > 1 (6 by default).")
         if not (isinstance(self.cutoff, (int, float)) and not isinstance(self.cutoff, bool)
                 and (self.cutoff == 0 or self.cutoff >= 1)):
             raise ValueError(f"AutoConfig(cutoff={self.cutoff!r}): need 0 (rounds wait for "
@@ -451,9 +451,11 @@ class AutoController(BalancedBatches, Component):
             self._checked = 0
         for rnd in rounds[self._checked:]:
             norm, step = rnd.info.get("grad_norm"), rnd.info.get("scale")
-            if norm is None or step is None:
+            if norm is None or not step:
                 continue
-            why = self.ceiling.observe(float(norm), float(step))
+            # The apply reports the norm of the scaled mean gradient (the update): divided
+            # by the scale, a larger step is not taken for a growing gradient.
+            why = self.ceiling.observe(float(norm) / float(step), float(step))
             if why is not None:
                 self.gain_now = min(self.gain_now, self.ceiling.ceiling)
                 self._record(engine, monitor, (

@@ -3,12 +3,14 @@
 A step past SGD's stable rate (``2 / lambda`` along the sharpest direction, more with momentum)
 makes the iterate bounce across the valley with growing amplitude: the rounds' mean gradient
 grows several-fold within a few rounds while the loss climbs. A step inside it moves the
-gradient's norm gradually (measured on ``one_slow``: at most 3.6x the median of the 16 rounds
-before, over 400 rounds; on 16 workers at 32x the one-batch rate, 8x then 39x in consecutive
-rounds before the fit collapsed; docs/AUTO.md, section 2). :class:`StepCeiling` watches each
-sized round's mean-gradient norm (the apply reports it) against the median of the rounds
-before; on a spike it halves the largest step of the last rounds and keeps the step under it
-for the rest of the fit. The ceiling never rises again: probing upward would re-enter the
+gradient's norm less: as training takes off it grows too, but in single rounds (measured on
+``one_slow`` at 8x the one-batch rate, 4 runs: single rounds up to 6.2x the median of the 16
+rounds before, never two in a row at 6x; on 16 workers at 32x, 8-9x then 19-49x in
+consecutive rounds within the first 10, and the fits that kept that step collapsed;
+docs/AUTO.md, section 2). :class:`StepCeiling` watches each sized round's mean-gradient norm
+against the median of the rounds before; on two spikes in a row (or one at the factor's
+square) it halves the largest step of the last rounds and keeps the step under it for the
+rest of the fit. The ceiling never rises again: probing upward would re-enter the
 instability whose first spike already costs accuracy.
 
 >>> c = StepCeiling(factor=4.0, window=8, min_rounds=4)
@@ -47,7 +49,7 @@ class StepCeiling:
       backoff: the new ceiling, as a fraction of the largest step of the last rounds.
     """
 
-    def __init__(self, factor: float = 4.0, window: int = 16, min_rounds: int = 4,
+    def __init__(self, factor: float = 6.0, window: int = 16, min_rounds: int = 4,
                  backoff: float = 0.5):
         if not factor > 1:
             raise ValueError(f"StepCeiling(factor={factor!r}): need a number > 1.")
