@@ -281,15 +281,17 @@ class Accumulators:
             return tf.constant(True)
 
     def make_apply_fn(self, optimizer):
-        """A ``tf.function(weights, expected, scale)`` applying one update with the user's
-        optimizer.
+        """A ``tf.function(weights, expected, scale, max_norm)`` applying one update with the
+        user's optimizer.
 
         ``weights[lane, slot]`` (float) says how much each micro-batch in that accumulator
         lane counts (1 for the closing round, less for a late gradient folded in, 0 for the
         rest); a lane counts only if its tag equals ``expected[lane, slot]`` (in sparse mode,
         a row of it only if its row tag does too). The update is the weighted mean
         ``sum(w * acc) / sum(w * count)``, times ``scale`` (a float32 scalar:
-        the round's :class:`~tf_hetero.engine.api.UpdateScale`, 1 for most). A sparse-mode
+        the round's :class:`~tf_hetero.engine.api.UpdateScale`, 1 for most), scaled down
+        so that the mean's norm (before ``scale``) is at most ``max_norm`` when that is
+        positive (a spike the update scale clips; 0: no bound). A sparse-mode
         variable's mean goes to the optimizer as ``IndexedSlices`` of the rows the included
         lanes wrote (unique, sorted), as a stock step on the concatenated batch passes
         ``IndexedSlices``. Returns ``[micro-batches it
@@ -311,7 +313,7 @@ class Accumulators:
         sparse = [self._mode.get(i) == "sparse" for i in range(len(self.acc))]
 
         @tf.function
-        def apply_fn(weights, expected, scale):
+        def apply_fn(weights, expected, scale, max_norm):
             def step():
                 valid = weights * tf.cast(tf.equal(self.tags, expected), weights.dtype)
                 counts = tf.cast(self.counts, weights.dtype)
@@ -349,15 +351,22 @@ class Accumulators:
                 # (apply_gradients cannot sit in a tf.cond: its merge_call refuses control
                 # flow), and the engine stops training on the norm it reports.
                 finite = tf.math.is_finite(norm)
+                # A bound on the mean's norm before the scale (0: none): the update of a round
+                # whose gradient spiked is scaled down to it; the reported norm stays the
+                # unclipped one (the update scale reads the spike from it).
+                bound = tf.cast(max_norm, tf.float64) * tf.cast(scale, tf.float64)
+                clip = tf.where((bound > 0) & (norm > bound) & finite,
+                                bound / tf.maximum(norm, 1e-30), tf.constant(1.0, tf.float64))
                 kept = []
                 for acc, g in zip(self.acc, grads):
                     with tf.device(acc.device):
+                        c = tf.cast(clip, acc.dtype)
                         if isinstance(g, tf.IndexedSlices):
                             kept.append(tf.IndexedSlices(
-                                tf.where(finite, g.values, tf.zeros_like(g.values)),
+                                tf.where(finite, g.values * c, tf.zeros_like(g.values)),
                                 g.indices, g.dense_shape))
                         else:
-                            kept.append(tf.where(finite, g, tf.zeros_like(g)))
+                            kept.append(tf.where(finite, g * c, tf.zeros_like(g)))
                 grads = kept
                 zero = tf.constant(0.0, tf.float64)
                 stats = [tf.cast(n_own, tf.float64), tf.reduce_sum(tf.cast(own, tf.float64)),

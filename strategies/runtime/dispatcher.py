@@ -119,7 +119,7 @@ class ClosureDispatcher:
             weights[lane, slot], expected[lane, slot] = 1.0, round_id
         for (lane, fold_slot), (late_round, weight) in folds.items():
             weights[lane, fold_slot], expected[lane, fold_slot] = weight, late_round
-        args = _apply_args(weights, expected, rnd.scale)
+        args = _apply_args(weights, expected, rnd.scale, rnd.max_norm)
         fn = self._round_apply_fn(self._round_accumulators(round_id, folds), args)
         # Run from the chief, in order (applier.py): an apply on a worker's queue waited
         # behind that worker's task and held the worker up.
@@ -152,11 +152,11 @@ class ClosureDispatcher:
         fns = [a.make_apply_fn(a.optimizer) for a in accumulators]
 
         @tf.function
-        def fn(weights, expected, scale):
+        def fn(weights, expected, scale, max_norm):
             # Each: [micro-batches, gradient norm, units, lanes, mean_sq, lane_sq]
             # (accumulate.GRADIENT_STATS). The accumulators share the round's lanes, so
             # counts come from the first; squared norms add up over the variables.
-            out = [f(weights, expected, scale) for f in fns]
+            out = [f(weights, expected, scale, max_norm) for f in fns]
             norm = tf.sqrt(tf.add_n([o[1] ** 2 for o in out]))
             return tf.stack([out[0][0], norm, out[0][2], out[0][3],
                              tf.add_n([o[4] for o in out]), tf.add_n([o[5] for o in out])])
@@ -178,7 +178,7 @@ class ClosureDispatcher:
         the new placement runs: that round's close then finds its apply traced instead of
         tracing it (~0.3-0.4 s here) between its close and its apply. An error here is left
         for the round's own trace to raise."""
-        args = _apply_args(*self._apply_arrays(), 1.0)  # a trace reads shapes and dtypes
+        args = _apply_args(*self._apply_arrays(), 1.0, 0.0)  # a trace reads shapes, dtypes
         for key in keys:
             with self._apply_lock:
                 if key in self._apply_fns:
@@ -200,9 +200,11 @@ class ClosureDispatcher:
         return applies, drains
 
 
-def _apply_args(weights: np.ndarray, expected: np.ndarray, scale: float) -> tuple:
+def _apply_args(weights: np.ndarray, expected: np.ndarray, scale: float,
+                max_norm: float = 0.0) -> tuple:
     """The arguments of a round's apply function, as tensors (one signature, one trace)."""
-    return tf.constant(weights), tf.constant(expected), tf.constant(scale, tf.float32)
+    return (tf.constant(weights), tf.constant(expected), tf.constant(scale, tf.float32),
+            tf.constant(max_norm, tf.float32))
 
 
 def hand_on(closure) -> None:

@@ -203,11 +203,13 @@ def test_rounds_whose_gradient_explodes_halve_the_step_for_the_rest_of_the_fit()
 
     c, steps = run()
     assert steps == [8.0] * 9 + [4.0] * 5
+    # a spike's update is clipped: 6x the median mean-gradient norm before the step (3 / 4)
+    assert c.max_norm() == pytest.approx(6 * 3.0 / 4.0)
     assert c.decisions[-1][3] == 4.0
     assert c.lines[-1].startswith("step at most 4.00x the one-batch rate from now on: the "
                                   "mean gradient's norm rose to 8x and 40x the median")
-    _, off = run(unstable=0)
-    assert off == [8.0] * 14
+    c_off, off = run(unstable=0)
+    assert off == [8.0] * 14 and c_off.max_norm() == 0.0
     with pytest.raises(ValueError, match=r"AutoConfig\(unstable=1\)"):
         AutoConfig(unstable=1)
 

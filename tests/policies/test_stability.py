@@ -78,3 +78,16 @@ def test_non_finite_rounds_are_left_to_the_divergence_guard_and_bad_settings_ref
         StepCeiling(factor=1)
     with pytest.raises(ValueError, match=r"StepCeiling\(backoff=1\.5\)"):
         StepCeiling(backoff=1.5)
+
+
+def test_a_spike_is_clipped_to_the_factor_times_the_reference_which_outlives_a_backoff():
+    c = StepCeiling(factor=4.0, min_rounds=4)
+    assert c.max_norm == 0.0  # nothing measured: no bound
+    _feed(c, [1.0, 2.0, 1.0])
+    assert c.max_norm == 0.0
+    _feed(c, [2.0])
+    assert c.max_norm == pytest.approx(4 * 1.5)  # 4 x the median
+    _feed(c, [10.0, 30.0])  # a back-off: the rounds after it ring, the old reference holds
+    assert c.ceiling < math.inf and c.max_norm == pytest.approx(4 * 1.5)
+    _feed(c, [3.0, 3.0, 3.0, 3.0])
+    assert c.max_norm == pytest.approx(12.0)

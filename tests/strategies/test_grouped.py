@@ -109,6 +109,49 @@ def test_the_update_scale_reaches_the_apply_on_the_ps(cluster, data):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_a_max_norm_clips_the_round_mean_on_the_ps_as_a_global_clipnorm(cluster, data):
+    """An update scale's ``max_norm`` bounds each round's mean gradient on the PS: one group
+    of all workers with a bound every round's gradient exceeds == large-batch SGD with
+    ``global_clipnorm`` at that bound (and not the unclipped step)."""
+    import dataclasses
+
+    import tf_keras as keras
+
+    from tf_hetero.strategies import HeteroStrategy, config
+
+    class Clipped:
+        def scale(self, group_size, num_workers, staleness, fraction=1.0):
+            return 1.0
+
+        def max_norm(self):
+            return 0.01
+
+    x, y = data
+    strategy = HeteroStrategy(cluster.resolver, config=dataclasses.replace(
+        config.grouped(N, groups=1), update_scale=Clipped()))
+    with strategy.scope():
+        model = fit.model()
+        model.compile(keras.optimizers.SGD(0.2), fit.loss())
+    model.fit(keras.utils.experimental.DatasetCreator(fit.per_worker_fn(x, y)), epochs=1,
+              steps_per_epoch=N * ROUNDS, verbose=0)
+    xs, ys = x.reshape(ROUNDS, N, B, 5), y.reshape(ROUNDS, N, B)
+
+    def reference(**clip):
+        m = fit.model()
+        m.compile(keras.optimizers.SGD(0.2, **clip), fit.loss())
+        for k in range(ROUNDS):
+            m.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
+        return m.get_weights()
+
+    norms = [r.info["grad_norm"] for r in strategy.engine.rounds if "grad_norm" in r.info]
+    assert len(norms) == ROUNDS and min(norms) > 0.01  # every round was clipped
+    assert all(r.info["max_norm"] == 0.01 for r in strategy.engine.rounds)
+    for got, want in zip(model.get_weights(), reference(global_clipnorm=0.01)):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    assert not all(np.allclose(g, w, atol=1e-4)
+                   for g, w in zip(model.get_weights(), reference()))
+
+
 def test_dynsgd_scales_stale_updates_down(cluster):
     import tf_hetero
 

@@ -235,7 +235,9 @@ class UpdateScale(Protocol):
     """How much a round's mean gradient counts in its apply (:mod:`tf_hetero.policies.scale`:
     per-group lr rule, DynSGD's staleness scaling, a round closed at a quorum): asked at the
     close with its book's size, the workers, its staleness and ``fraction``, the share of
-    its planned work units it applies."""
+    its planned work units it applies. Optional: ``max_norm()``, the largest norm of a
+    round's mean gradient (before the scale) its apply takes (0: no bound;
+    :class:`~tf_hetero.policies.auto.AutoController`: a spike is clipped)."""
 
     def scale(self, group_size: int, num_workers: int, staleness: float,
               fraction: float = 1.0) -> float: ...

@@ -281,6 +281,11 @@ class RoundCycle:
             rnd.scale = self.update_scale.scale(len(book.workers), self.num_workers, staleness,
                                                 lanes.applied_fraction(rnd, self.rounds))
             rnd.info.update(staleness=staleness, scale=rnd.scale)
+            max_norm = getattr(self.update_scale, "max_norm", None)
+            if max_norm is not None:
+                rnd.max_norm = float(max_norm() or 0.0)
+                if rnd.max_norm:
+                    rnd.info["max_norm"] = rnd.max_norm
         book.open = None
         if rnd.lanes or folds:
             if book.applying is None:

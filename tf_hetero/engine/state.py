@@ -148,6 +148,9 @@ class Round:
     #: Factor on the round's mean gradient in its apply (UpdateScale: per-group lr rule,
     #: staleness scaling); 1: the mean as is.
     scale: float = 1.0
+    #: Largest norm of the round's mean gradient (before ``scale``) its apply takes: a
+    #: larger one is scaled down to it (UpdateScale's optional ``max_norm``); 0: no bound.
+    max_norm: float = 0.0
     info: dict = dataclasses.field(default_factory=dict)  # what the policies decided (a log)
     _in_prefix: int = dataclasses.field(default=0, repr=False)  # tasks known in (all_done)
 

@@ -316,6 +316,13 @@ class AutoController(BalancedBatches, Component):
         the share of its planned units it applies."""
         return self.gain_now * min(max(fraction, 0.0), 1.0)
 
+    def max_norm(self) -> float:
+        """The largest mean-gradient norm (before the step) a sized round applies: a round
+        whose gradient spikes past the edge-of-stability factor times the median of the
+        rounds before is clipped to it (its update would undo what training reached before
+        the step backs off); 0 (no bound) until measured, or with ``unstable=0``."""
+        return 0.0 if self.ceiling is None or self.mode != "rounds" else self.ceiling.max_norm
+
     # ----------------------------------------------------------------- figures
     def summary(self, rounds, num_workers: int) -> dict:
         """Numbers only (Keras logs and TensorBoard take scalars): ``auto_sized`` is 1 while

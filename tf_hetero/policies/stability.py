@@ -63,6 +63,22 @@ class StepCeiling:
         self.ceiling = math.inf
         #: ``(ratio, step, new ceiling)`` per back-off.
         self.backoffs: list[tuple] = []
+        self._last_reference: float | None = None  # the reference when the rounds ring
+
+    @property
+    def reference(self) -> float | None:
+        """The median norm of the rounds before (the one before the last back-off while
+        the rounds after it are too few); ``None`` until ``min_rounds`` were measured."""
+        if len(self.norms) >= self.min_rounds:
+            return statistics.median(self.norms)
+        return self._last_reference
+
+    @property
+    def max_norm(self) -> float:
+        """The largest norm a round's update is given: ``factor`` times :attr:`reference`
+        (a spike is clipped to the size at which it counts as one); 0 until measured."""
+        ref = self.reference
+        return 0.0 if ref is None else self.factor * ref
 
     def observe(self, norm: float, step: float) -> str | None:
         """One sized round applied: its mean gradient's ``norm`` and the ``step`` it took.
@@ -86,6 +102,7 @@ class StepCeiling:
         self.ceiling = min(self.ceiling, self.backoff * largest)
         self.backoffs.append((ratio, largest, self.ceiling))
         n = len(self.norms)
+        self._last_reference = reference
         self.norms.clear()
         self.pending = None
         rise = (f"{earlier:.0f}x and {ratio:.0f}x" if earlier is not None else f"{ratio:.0f}x")

@@ -195,8 +195,10 @@ class Learner:
         return self.buffer.pop(worker, None)
 
     def apply_round(self, round_id: int, slot: int, lanes, folds,
-                    scale: float = 1.0) -> tuple[int, float, GradientSample]:
-        """One round's apply (its mean gradient times ``scale``, the round's update scale):
+                    scale: float = 1.0, max_norm: float = 0.0
+                    ) -> tuple[int, float, GradientSample]:
+        """One round's apply (its mean gradient times ``scale``, the round's update scale,
+        scaled down to a norm of ``max_norm`` before the scale when positive, as the runtime's):
         returns (micro-batches applied, norm of the mean gradient, what the runtime's apply
         measures of the gradient's noise: its own lanes' :class:`GradientSample`)."""
         weights = {(lane, slot): (round_id, 1.0) for lane in lanes}
@@ -222,5 +224,7 @@ class Learner:
         norm = float(np.linalg.norm(g))
         if not np.isfinite(norm):
             g = np.zeros_like(g)  # as the runtime: applied as zeros, the engine stops
+        elif max_norm > 0 and norm > max_norm * scale:
+            g = g * (max_norm * scale / norm)
         self._step(g, self.lr)
         return applied, norm, sample
