@@ -123,7 +123,8 @@ class AutoConfig:
         at its square): the step's ceiling becomes half the step taken, for the rest of the
         fit (:class:`~tf_hetero.policies.stability.StepCeiling`). ``0``: never.
       start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
-        ``"rounds"``: sized rounds; their step collapsed on 16 workers, docs/AUTO.md section 5).
+        ``"rounds"``: sized rounds; on 16 workers their step needs its measured ceiling,
+        docs/AUTO.md section 5).
       cutoff: a sized round closes without its last tasks once it has run ``cutoff`` times
         its projected makespan (the slowest share at the measured speeds) with half its
         units in; a late share is folded into a later round, weighted
