@@ -77,8 +77,7 @@ def main(scenario: str, repeats: int, out_dir: str, rows: list[str]) -> None:
                                        seed=cfg.seed + rep, cpu_meter=cpu)
                 except Exception as e:  # pylint: disable=broad-except
                     # As `tf-hetero bench`: one broken row must not lose the others' runs.
-                    first = str(e).strip().splitlines()[-1] if str(e).strip() else ""
-                    failed.setdefault(name, f"{type(e).__name__}: {first}")
+                    failed.setdefault(name, bench.failure_line(e))
                     print(f"[auto_variants] {name} failed: {failed[name]}", flush=True)
                     continue
                 run["repeat"] = rep

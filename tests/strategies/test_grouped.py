@@ -79,33 +79,46 @@ def test_speed_groups_form_around_the_straggler(cluster):
     assert len(tasks) == steps and all(t.state == "done" for t in tasks)
 
 
-def test_the_update_scale_reaches_the_apply_on_the_ps(cluster, data):
-    """One group of all workers with every update scaled by 0.5 == large-batch SGD at half the
-    learning rate (so the scale is applied on the PS, not only recorded)."""
+def _one_group_fit(cluster, data, update_scale):
+    """A fit of one group of all workers under ``update_scale`` (SGD 0.2), and the weights of
+    large-batch SGD on the same rounds' batches with ``reference_optimizer``."""
     import dataclasses
 
     import tf_keras as keras
 
     from tf_hetero.strategies import HeteroStrategy, config
 
-    class Half:
-        def scale(self, group_size, num_workers, staleness, fraction=1.0):
-            return 0.5
-
     x, y = data
     strategy = HeteroStrategy(cluster.resolver, config=dataclasses.replace(
-        config.grouped(N, groups=1), update_scale=Half()))
+        config.grouped(N, groups=1), update_scale=update_scale))
     with strategy.scope():
         model = fit.model()
         model.compile(keras.optimizers.SGD(0.2), fit.loss())
     model.fit(keras.utils.experimental.DatasetCreator(fit.per_worker_fn(x, y)), epochs=1,
               steps_per_epoch=N * ROUNDS, verbose=0)
-    reference = fit.model()
-    reference.compile(keras.optimizers.SGD(0.1), fit.loss())
     xs, ys = x.reshape(ROUNDS, N, B, 5), y.reshape(ROUNDS, N, B)
-    for k in range(ROUNDS):
-        reference.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
-    for got, want in zip(model.get_weights(), reference.get_weights()):
+
+    def reference(reference_optimizer):
+        m = fit.model()
+        m.compile(reference_optimizer, fit.loss())
+        for k in range(ROUNDS):
+            m.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
+        return m.get_weights()
+
+    return strategy, model, reference
+
+
+def test_the_update_scale_reaches_the_apply_on_the_ps(cluster, data):
+    """One group of all workers with every update scaled by 0.5 == large-batch SGD at half the
+    learning rate (so the scale is applied on the PS, not only recorded)."""
+    import tf_keras as keras
+
+    class Half:
+        def scale(self, group_size, num_workers, staleness, fraction=1.0):
+            return 0.5
+
+    _, model, reference = _one_group_fit(cluster, data, Half())
+    for got, want in zip(model.get_weights(), reference(keras.optimizers.SGD(0.1))):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
@@ -113,11 +126,7 @@ def test_a_max_norm_clips_the_round_mean_on_the_ps_as_a_global_clipnorm(cluster,
     """An update scale's ``max_norm`` bounds each round's mean gradient on the PS: one group
     of all workers with a bound every round's gradient exceeds == large-batch SGD with
     ``global_clipnorm`` at that bound (and not the unclipped step)."""
-    import dataclasses
-
     import tf_keras as keras
-
-    from tf_hetero.strategies import HeteroStrategy, config
 
     class Clipped:
         def scale(self, group_size, num_workers, staleness, fraction=1.0):
@@ -126,30 +135,15 @@ def test_a_max_norm_clips_the_round_mean_on_the_ps_as_a_global_clipnorm(cluster,
         def max_norm(self):
             return 0.01
 
-    x, y = data
-    strategy = HeteroStrategy(cluster.resolver, config=dataclasses.replace(
-        config.grouped(N, groups=1), update_scale=Clipped()))
-    with strategy.scope():
-        model = fit.model()
-        model.compile(keras.optimizers.SGD(0.2), fit.loss())
-    model.fit(keras.utils.experimental.DatasetCreator(fit.per_worker_fn(x, y)), epochs=1,
-              steps_per_epoch=N * ROUNDS, verbose=0)
-    xs, ys = x.reshape(ROUNDS, N, B, 5), y.reshape(ROUNDS, N, B)
-
-    def reference(**clip):
-        m = fit.model()
-        m.compile(keras.optimizers.SGD(0.2, **clip), fit.loss())
-        for k in range(ROUNDS):
-            m.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
-        return m.get_weights()
-
+    strategy, model, reference = _one_group_fit(cluster, data, Clipped())
     norms = [r.info["grad_norm"] for r in strategy.engine.rounds if "grad_norm" in r.info]
     assert len(norms) == ROUNDS and min(norms) > 0.01  # every round was clipped
     assert all(r.info["max_norm"] == 0.01 for r in strategy.engine.rounds)
-    for got, want in zip(model.get_weights(), reference(global_clipnorm=0.01)):
+    clipped = reference(keras.optimizers.SGD(0.2, global_clipnorm=0.01))
+    for got, want in zip(model.get_weights(), clipped):
         np.testing.assert_allclose(got, want, atol=1e-5)
     assert not all(np.allclose(g, w, atol=1e-4)
-                   for g, w in zip(model.get_weights(), reference()))
+                   for g, w in zip(model.get_weights(), reference(keras.optimizers.SGD(0.2))))
 
 
 def test_dynsgd_scales_stale_updates_down(cluster):

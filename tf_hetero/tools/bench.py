@@ -37,7 +37,7 @@ from tf_hetero.strategies import registry
 from tf_hetero.tools.benchconfig import BenchConfig, split_row, warm_up_tasks
 from tf_hetero.tools.benchrow import run_strategy
 
-__all__ = ["run_bench", "warm_up"]
+__all__ = ["run_bench", "warm_up", "failure_line"]
 
 
 def warm_up(cluster, cfg: BenchConfig, profile: Profile) -> None:
@@ -134,13 +134,22 @@ def _run_repeats(cluster, cfg: BenchConfig, profile: Profile, meter,
                                        momentum=momentum)
                 except Exception as e:  # pylint: disable=broad-except
                     # One broken row must not lose the others' measurements.
-                    first = str(e).strip().splitlines()[-1] if str(e).strip() else ""
-                    failed.setdefault(spec, f"{type(e).__name__}: {first}")
+                    failed.setdefault(spec, failure_line(e))
                     print(f"[tf-hetero bench] {spec} failed: {failed[spec]}", flush=True)
                     continue
                 run["repeat"] = rep
                 runs.append(run)
     return runs, failed
+
+
+def failure_line(error: Exception) -> str:
+    """A failed row's one line in the report: the error's type and its last line.
+
+    >>> failure_line(RuntimeError("Traceback...\\nEngineError: no task finished in 600 s"))
+    'RuntimeError: EngineError: no task finished in 600 s'
+    """
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[-1] if text else ''}"
 
 
 def _write_report(cfg: BenchConfig, runs: list[dict], failed: dict) -> list[dict]:
