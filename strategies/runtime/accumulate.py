@@ -135,6 +135,10 @@ class Accumulators:
                 # a row counts in the lane if its row tag equals it.
                 self.gens = tf.Variable(tf.zeros([num_lanes, 2], tf.int64), trainable=False,
                                         name="tf_hetero_acc_gens")
+                # The lane's summed training loss (loss x micro-batches; NaN: a write that
+                # brought none), beside its count: the round's mean loss.
+                self.losses = tf.Variable(tf.zeros([num_lanes, 2], tf.float64),
+                                          trainable=False, name="tf_hetero_acc_losses")
                 # [writes, bytes]: what the writes brought to the PS (see `traffic`).
                 self.received = tf.Variable(tf.zeros([2], tf.int64), trainable=False,
                                             name="tf_hetero_acc_received")
@@ -184,8 +188,9 @@ class Accumulators:
                             aggregation=tf.VariableAggregation.NONE)
         return self._mode[i] == "sparse"
 
-    def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
-        """In a task: add this micro-batch's gradients to its lane of its round's slot.
+    def accumulate(self, grads_and_vars, code: tf.Tensor, loss=None) -> tf.Operation:
+        """In a task: add this micro-batch's gradients (and its mean ``loss``, if the step
+        gave one) to its lane of its round's slot.
 
         ``code`` is a task code (:mod:`~tf_hetero.strategies.runtime.taskcode`: round and lane); a negative code marks a task whose
         round closed before it started: it writes nothing. An ``IndexedSlices`` gradient is
@@ -204,16 +209,20 @@ class Accumulators:
             else:
                 self._mode.setdefault(i, "dense")
                 values[i] = lambda g=dense(g): weigh(g, n)
+        loss_sum = (None if loss is None
+                    else weigh(tf.reduce_mean(tf.cast(loss, tf.float64)), n))
         return tf.cond(code >= 0, lambda: self.write(values, round_id, slot, lane, n,
-                                                      overwrite=overwrite),
+                                                      overwrite=overwrite, loss=loss_sum),
                        lambda: tf.constant(False))
 
     def write(self, values: dict, round_id, slot, lane, micro_batches,
-              payload_bytes: int | None = None, overwrite=False) -> tf.Tensor:
+              payload_bytes: int | None = None, overwrite=False, loss=None) -> tf.Tensor:
         """Adds gradients to ``lane`` of ``slot`` for ``round_id`` (the first write of a round
         overwrites what the lane held; in sparse mode, what each *row* held) and
         ``micro_batches`` to its count. ``overwrite`` (a bool tensor): this write replaces
         the lane even if it holds ``round_id`` already (a re-run of a dead worker's task).
+        ``loss``: the write's summed loss (mean loss x ``micro_batches``, float64), or
+        ``None`` (the lane's loss becomes unknown, NaN, for its round).
 
         ``values[i]`` is a callable that makes variable ``i``'s gradient: a dense tensor, or
         (sparse mode) ``IndexedSlices`` with unique indices (:func:`unique_rows`). A dense
@@ -273,11 +282,16 @@ class Accumulators:
                 count = tf.gather_nd(self.counts, [[lane, slot]])[0]
                 new_count = tf.where(fresh, n, count + n)
                 c = self.counts.scatter_nd_update([[lane, slot]], new_count[None])
+                added = (tf.constant(float("nan"), tf.float64) if loss is None
+                         else tf.cast(loss, tf.float64))
+                held = tf.gather_nd(self.losses, [[lane, slot]])[0]
+                lo = self.losses.scatter_nd_update([[lane, slot]],
+                                                   tf.where(fresh, added, held + added)[None])
                 t = self.tags.scatter_nd_update([[lane, slot]], round_id[None])
                 e = self.gens.scatter_nd_update([[lane, slot]], gen[None])
                 r = self.received.assign_add(tf.stack([tf.constant(1, tf.int64),
                                                        tf.cast(nbytes, tf.int64)]))
-        with tf.control_dependencies([c, t, e, r]):
+        with tf.control_dependencies([c, t, e, r, lo]):
             return tf.constant(True)
 
     def make_apply_fn(self, optimizer):
@@ -303,7 +317,8 @@ class Accumulators:
         the round's own lanes (weight 1) and its dense variables: the units in them, how many
         lanes are not empty, the squared norm of their mean (before ``scale``) and
         ``sum_l |s_l|^2 / n_l`` over them, each computed on the variable's PS (one more
-        scalar per variable reaches the chief).
+        scalar per variable reaches the chief), and the mean loss over those units (NaN if
+        a write gave none).
         """
         strategy = self.strategy
         # A variable no write has decided yet stays dense from now on: the apply is traced.
@@ -369,9 +384,16 @@ class Accumulators:
                             kept.append(tf.where(finite, g * c, tf.zeros_like(g)))
                 grads = kept
                 zero = tf.constant(0.0, tf.float64)
+                with tf.device(self.losses.device):
+                    own64 = tf.cast(own, tf.float64)
+                    loss = (tf.reduce_sum(tf.where(own64 > 0, self.losses, 0.0) * own64)
+                            / tf.maximum(tf.cast(n_own, tf.float64), 1e-6))
+                    # a lane of the round with no loss makes the round's unknown (NaN)
+                    loss = tf.where(tf.reduce_any(tf.math.is_nan(self.losses) & (own64 > 0)),
+                                    tf.constant(float("nan"), tf.float64), loss)
                 stats = [tf.cast(n_own, tf.float64), tf.reduce_sum(tf.cast(own, tf.float64)),
                          tf.add_n(own_sq) if own_sq else zero,
-                         tf.add_n(lane_sq) if lane_sq else zero]
+                         tf.add_n(lane_sq) if lane_sq else zero, loss]
                 done = [optimizer.apply_gradients(zip(grads, self.variables))]
                 if tau_extra is not None:  # a scale-invariant schedule moves on by the gain
                     with tf.control_dependencies(done):
@@ -405,7 +427,7 @@ class Accumulators:
 
 #: What an apply returns after ``[micro-batches, gradient norm]``: the fields of a
 #: :class:`~tf_hetero.policies.noise.GradientSample`.
-GRADIENT_STATS = ("units", "lanes", "mean_sq", "lane_sq")
+GRADIENT_STATS = ("units", "lanes", "mean_sq", "lane_sq", "loss")
 
 
 def _lane_stats(acc, own, counts, n_own):

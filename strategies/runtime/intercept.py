@@ -35,7 +35,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
     (0 means the traced function is not a training step) and ``"bytes"`` the size of the
     gradients one call pushes.
     """
-    record = {"calls": 0, "bytes": 0, "writes": []}
+    record = {"calls": 0, "bytes": 0, "writes": [], "loss": None}
 
     def apply_gradients(self, grads_and_vars, name=None, **kwargs):
         grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
@@ -46,21 +46,42 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
         # Legacy optimizers create `iterations` on first use: do it outside control deps.
         iterations = self.iterations
         acc = engine_accumulators_for(self, [v for _, v in grads_and_vars])
-        with tf.control_dependencies([acc.accumulate(grads_and_vars, code)]):
+        with tf.control_dependencies([acc.accumulate(grads_and_vars, code, record["loss"])]):
             return tf.identity(iterations)  # no increment: iterations counts rounds
 
     setattr(apply_gradients, DEFERS_UPDATE, True)  # its round applies: no emulated wait
     with patch_lock:
         classes = tfcompat.keras.optimizer_classes()
         originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
+        # `minimize` is defined on a base of each (the new optimizer's `_BaseOptimizer`)
+        owners = {next(k for k in cls.__mro__ if "minimize" in k.__dict__) for cls in classes}
+        minimizers = {cls: cls.__dict__["minimize"] for cls in owners}
+
+        def minimizing(original):
+            # tf_keras's train_step hands its loss to `minimize`, which calls
+            # `apply_gradients`: the loss goes into the lane beside the gradients (the
+            # round's loss, what StepCeiling reads; a step calling apply_gradients itself
+            # gives none).
+            def minimize(self, loss, *args, **kwargs):
+                record["loss"] = loss if isinstance(loss, tf.Tensor) else None
+                try:
+                    return original(self, loss, *args, **kwargs)
+                finally:
+                    record["loss"] = None
+            return minimize
+
         try:
             for cls in classes:
                 cls.apply_gradients = apply_gradients
+            for cls, fn in minimizers.items():
+                cls.minimize = minimizing(fn)
             with _watching_writes(record["writes"]):
                 yield record
         finally:
             for cls, fn in originals.items():
                 cls.apply_gradients = fn
+            for cls, fn in minimizers.items():
+                cls.minimize = fn
 
 
 #: Variable methods that write a variable (a step must leave trainable ones to the optimizer).

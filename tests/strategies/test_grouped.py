@@ -80,8 +80,9 @@ def test_speed_groups_form_around_the_straggler(cluster):
 
 
 def _one_group_fit(cluster, data, update_scale):
-    """A fit of one group of all workers under ``update_scale`` (SGD 0.2), and the weights of
-    large-batch SGD on the same rounds' batches with ``reference_optimizer``."""
+    """A fit of one group of all workers under ``update_scale`` (SGD 0.2), and
+    ``reference(optimizer)``: the weights of large-batch SGD on the same rounds' batches with
+    ``optimizer``, and its loss of each round's batch before the round's update."""
     import dataclasses
 
     import tf_keras as keras
@@ -101,25 +102,30 @@ def _one_group_fit(cluster, data, update_scale):
     def reference(reference_optimizer):
         m = fit.model()
         m.compile(reference_optimizer, fit.loss())
-        for k in range(ROUNDS):
-            m.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
-        return m.get_weights()
+        losses = [m.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
+                  for k in range(ROUNDS)]
+        return m.get_weights(), losses
 
     return strategy, model, reference
 
 
 def test_the_update_scale_reaches_the_apply_on_the_ps(cluster, data):
     """One group of all workers with every update scaled by 0.5 == large-batch SGD at half the
-    learning rate (so the scale is applied on the PS, not only recorded)."""
+    learning rate (so the scale is applied on the PS, not only recorded); each round reports
+    its batch's loss before its update, the loss the large-batch step computes."""
     import tf_keras as keras
 
     class Half:
         def scale(self, group_size, num_workers, staleness, fraction=1.0):
             return 0.5
 
-    _, model, reference = _one_group_fit(cluster, data, Half())
-    for got, want in zip(model.get_weights(), reference(keras.optimizers.SGD(0.1))):
+    strategy, model, reference = _one_group_fit(cluster, data, Half())
+    weights, losses = reference(keras.optimizers.SGD(0.1))
+    for got, want in zip(model.get_weights(), weights):
         np.testing.assert_allclose(got, want, atol=1e-5)
+    got = [r.info["gradient"].loss for r in strategy.engine.rounds if "gradient" in r.info]
+    np.testing.assert_allclose(got, losses, rtol=1e-5)
+    assert len(set(np.round(got, 4))) == ROUNDS  # a loss per round, not one repeated
 
 
 def test_a_max_norm_clips_the_round_mean_on_the_ps_as_a_global_clipnorm(cluster, data):
@@ -139,11 +145,11 @@ def test_a_max_norm_clips_the_round_mean_on_the_ps_as_a_global_clipnorm(cluster,
     norms = [r.info["grad_norm"] for r in strategy.engine.rounds if "grad_norm" in r.info]
     assert len(norms) == ROUNDS and min(norms) > 0.01  # every round was clipped
     assert all(r.info["max_norm"] == 0.01 for r in strategy.engine.rounds)
-    clipped = reference(keras.optimizers.SGD(0.2, global_clipnorm=0.01))
+    clipped, _ = reference(keras.optimizers.SGD(0.2, global_clipnorm=0.01))
     for got, want in zip(model.get_weights(), clipped):
         np.testing.assert_allclose(got, want, atol=1e-5)
     assert not all(np.allclose(g, w, atol=1e-4)
-                   for g, w in zip(model.get_weights(), reference(keras.optimizers.SGD(0.2))))
+                   for g, w in zip(model.get_weights(), reference(keras.optimizers.SGD(0.2))[0]))
 
 
 def test_dynsgd_scales_stale_updates_down(cluster):

@@ -60,7 +60,7 @@ for stale steps is up to ``1 + tau`` times too small for fresh ones. A sized rou
 (``tau`` measured on the strategy's own asynchronous steps, else ``N - 1``; ``async_tuned``)
 over ``1 + tau`` sized rounds (the linear rule's warm-up), and ``k`` is the round's dataset
 batches; and under the edge of stability the rounds measure: two rounds in a row whose
-mean gradient explodes halve the step for the rest of the fit (``unstable``,
+mean gradient explodes, or whose loss climbs, halve the step for the rest of the fit (``unstable``,
 :class:`~tf_hetero.policies.stability.StepCeiling`; docs/AUTO.md, section 2, with the
 measurements).
 
@@ -463,7 +463,8 @@ class AutoController(BalancedBatches, Component):
                 continue
             # The apply reports the norm of the scaled mean gradient (the update): divided
             # by the scale, a larger step is not taken for a growing gradient.
-            why = self.ceiling.observe(float(norm) / float(step), float(step))
+            loss = getattr(rnd.info.get("gradient"), "loss", math.nan)
+            why = self.ceiling.observe(float(norm) / float(step), float(step), float(loss))
             if why is not None:
                 self.gain_now = min(self.gain_now, self.ceiling.ceiling)
                 self._record(engine, monitor, (

@@ -53,13 +53,17 @@ DEFAULT_BETA = 0.9
 @dataclasses.dataclass(frozen=True)
 class GradientSample:
     """What one round's apply measured: ``units`` work units in ``lanes`` non-empty lanes,
-    the squared norm of their mean gradient (``mean_sq``, before any update scale) and
-    ``lane_sq = sum_l |s_l|^2 / n_l``. Only rounds with two or more lanes estimate noise."""
+    the squared norm of their mean gradient (``mean_sq``, before any update scale),
+    ``lane_sq = sum_l |s_l|^2 / n_l`` and the mean training ``loss`` of those units at the
+    weights their tasks read (NaN where the step gave none: a custom step that calls
+    ``apply_gradients`` itself, or a locally accumulated push). Only rounds with two or
+    more lanes estimate noise."""
 
     units: float
     lanes: int
     mean_sq: float
     lane_sq: float
+    loss: float = math.nan
 
     @property
     def usable(self) -> bool:

@@ -13,6 +13,15 @@ square) it halves the largest step of the last rounds and keeps the step under i
 rest of the fit. The ceiling never rises again: probing upward would re-enter the
 instability whose first spike already costs accuracy.
 
+An instability can also build slowly: on 16 workers at 16x, after 80 stable rounds, the norm
+rose over ten rounds (1.6 to 7.7x the median before) while accuracy fell from 0.72 to 0.48,
+and the back-off at the eighth came too late. In the norm alone that looks like training
+taking off (``one_slow``'s first 20 rounds: 2-5x, sustained); the loss tells them apart, as
+it falls at a takeoff. Each round's apply also reports the mean training loss of its batch
+(at the weights its tasks read): a median of three rounds' losses above the lowest such
+median since the last back-off by ``rise`` of it plus twice the rounds' loss noise (from
+successive differences), two rounds in a row, lowers the ceiling too.
+
 >>> c = StepCeiling(factor=4.0, window=8, min_rounds=4)
 >>> [c.observe(n, step=8.0) for n in (1.0, 1.2, 0.9, 1.1, 3.9, 1.0)]
 [None, None, None, None, None, None]
@@ -24,6 +33,15 @@ True
 the mean gradient's norm rose to 5x and 29x the median of the 6 rounds before (1.05) in two rounds in a row at a step of 8.00x the one-batch rate: the step is past its edge of stability
 >>> c.ceiling
 4.0
+
+The loss climbing (a slow instability; the norm unremarkable):
+
+>>> c = StepCeiling(window=8, min_rounds=4)
+>>> losses = [2.3, 2.0, 1.8, 1.6, 1.5, 1.4, 1.3, 1.25, 1.3, 1.6, 1.9, 2.1]
+>>> [c.observe(1.0, step=16.0, loss=x) for x in losses][-1] is None   # climbing: judged next
+True
+>>> print(c.observe(1.0, step=16.0, loss=2.2))
+the loss rose to 2.10 (median of the last 3 rounds), 1.62x its lowest (1.30), in two rounds in a row at a step of 16.00x the one-batch rate: the step is past its edge of stability
 """
 
 from __future__ import annotations
@@ -31,6 +49,9 @@ from __future__ import annotations
 import collections
 import math
 import statistics
+
+#: Rounds whose loss median is the smoothed loss.
+_SMOOTH = 3
 
 __all__ = ["StepCeiling"]
 
@@ -47,16 +68,23 @@ class StepCeiling:
         is judged: the rounds right after a spike ring with it (momentum) and are no
         reference.
       backoff: the new ceiling, as a fraction of the largest step of the last rounds.
+      rise: the smoothed loss's rise over its lowest (a fraction of it, on top of twice the
+        rounds' loss noise) that counts as climbing; two rounds in a row lower the ceiling.
     """
 
     def __init__(self, factor: float = 6.0, window: int = 16, min_rounds: int = 4,
-                 backoff: float = 0.5):
+                 backoff: float = 0.5, rise: float = 0.1):
         if not factor > 1:
             raise ValueError(f"StepCeiling(factor={factor!r}): need a number > 1.")
         if not 0 < backoff < 1:
             raise ValueError(f"StepCeiling(backoff={backoff!r}): need 0 < backoff < 1.")
-        self.factor, self.backoff, self.min_rounds = factor, backoff, min_rounds
+        if not rise > 0:
+            raise ValueError(f"StepCeiling(rise={rise!r}): need a number > 0.")
+        self.factor, self.backoff, self.min_rounds, self.rise = factor, backoff, min_rounds, rise
         self.norms: collections.deque = collections.deque(maxlen=window)
+        self.losses: collections.deque = collections.deque(maxlen=window)
+        self.lowest = math.inf  # the lowest smoothed loss since the start or the last back-off
+        self.climbing = False  # the previous round's smoothed loss was climbing
         self.steps: collections.deque = collections.deque(maxlen=3)
         self.pending: float | None = None  # the previous round's ratio, if it was a spike
         #: The largest step allowed (``inf`` until the first back-off).
@@ -80,12 +108,16 @@ class StepCeiling:
         ref = self.reference
         return 0.0 if ref is None else self.factor * ref
 
-    def observe(self, norm: float, step: float) -> str | None:
-        """One sized round applied: its mean gradient's ``norm`` and the ``step`` it took.
-        Returns why the ceiling was lowered, or ``None``."""
+    def observe(self, norm: float, step: float, loss: float = math.nan) -> str | None:
+        """One sized round applied: its mean gradient's ``norm``, the ``step`` it took and
+        its batch's mean ``loss`` (NaN: not known). Returns why the ceiling was lowered, or
+        ``None``."""
         if not (math.isfinite(norm) and norm >= 0 and math.isfinite(step)):
             return None  # a NaN/Inf round is the divergence guard's (engine/guard.py)
         self.steps.append(step)
+        climb = self._climb(loss)
+        if climb is not None:
+            return climb
         if len(self.norms) < self.min_rounds:
             self.norms.append(norm)
             return None
@@ -98,15 +130,53 @@ class StepCeiling:
         earlier, self.pending = self.pending, ratio
         if earlier is None and ratio < self.factor ** 2:
             return None  # one spike: noise, or the start of an instability (judged next round)
-        largest = max(self.steps)
-        self.ceiling = min(self.ceiling, self.backoff * largest)
-        self.backoffs.append((ratio, largest, self.ceiling))
         n = len(self.norms)
+        largest = self._back_off(ratio)
         self._last_reference = reference
-        self.norms.clear()
-        self.pending = None
         rise = (f"{earlier:.0f}x and {ratio:.0f}x" if earlier is not None else f"{ratio:.0f}x")
         when = "in two rounds in a row" if earlier is not None else "in one round"
         return (f"the mean gradient's norm rose to {rise} the median of the {n} rounds "
                 f"before ({reference:.2f}) {when} at a step of {largest:.2f}x the one-batch "
                 f"rate: the step is past its edge of stability")
+
+    def _climb(self, loss: float) -> str | None:
+        """The loss rule: why the ceiling was lowered, or ``None``."""
+        if not math.isfinite(loss):
+            self.climbing = False
+            return None
+        self.losses.append(loss)
+        if len(self.losses) < max(self.min_rounds, _SMOOTH + 3):
+            return None
+        recent = list(self.losses)
+        smoothed = statistics.median(recent[-_SMOOTH:])
+        # The rounds' loss noise, from successive differences before the smoothed rounds
+        # (a climb is no noise; robust: a median; a difference of two independent draws
+        # has sqrt(2) times their spread).
+        before = recent[:-_SMOOTH]
+        steps = [abs(b - a) for a, b in zip(before, before[1:])]
+        noise = 1.4826 * statistics.median(steps) / math.sqrt(2)
+        lowest = self.lowest
+        self.lowest = min(self.lowest, smoothed)
+        if not (math.isfinite(lowest) and smoothed > lowest * (1 + self.rise) + 2 * noise):
+            self.climbing = False
+            return None
+        if not self.climbing:
+            self.climbing = True
+            return None  # judged next round
+        largest = self._back_off(smoothed / lowest)
+        return (f"the loss rose to {smoothed:.2f} (median of the last {_SMOOTH} rounds), "
+                f"{smoothed / lowest:.2f}x its lowest ({lowest:.2f}), in two rounds in a row "
+                f"at a step of {largest:.2f}x the one-batch rate: the step is past its edge of "
+                "stability")
+
+    def _back_off(self, ratio: float) -> float:
+        """Lowers the ceiling to ``backoff`` times the largest recent step (returned); the
+        rounds after it ring and are no reference: both rules start over."""
+        largest = max(self.steps)
+        self.ceiling = min(self.ceiling, self.backoff * largest)
+        self.backoffs.append((ratio, largest, self.ceiling))
+        self.norms.clear()
+        self.pending = None
+        self.losses.clear()
+        self.lowest, self.climbing = math.inf, False
+        return largest

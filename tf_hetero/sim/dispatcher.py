@@ -31,6 +31,7 @@ True
 from __future__ import annotations
 
 import collections
+import math
 
 import numpy as np
 
@@ -240,10 +241,10 @@ class SimDispatcher:
         if not task.drain:
             units = task.size * (self.k if self.granule is None else 1)
             g = m.gradient(params, worker, self._rows(task)) * units
-            if self.local:
+            if self.local:  # a local buffer holds no loss (as the runtime's)
                 m.hold(worker, g, units)
             else:
-                self._write(task, g, units)
+                self._write(task, g, units, m.batch_loss * units)
         if self.local and task.push & PUSH_ALL:
             self._push(worker, task)
 
@@ -252,6 +253,6 @@ class SimDispatcher:
         if held is not None:
             self._write(task, *held)
 
-    def _write(self, task, g, units):
+    def _write(self, task, g, units, loss_sum=math.nan):
         slot = self.engine.rounds[task.round].slot
-        self.learner.write(task.lane_id, slot, task.round, g, units)
+        self.learner.write(task.lane_id, slot, task.round, g, units, loss_sum)

@@ -27,6 +27,8 @@ True
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tf_hetero.policies.noise import GradientSample
@@ -69,6 +71,8 @@ class Learner:
         self.acc: dict = {}  # (lane, slot) -> [round tag, gradient sum, count]
         self.buffer: dict = {}  # worker -> [gradient sum, count] (H-PS local buffers)
         self.updates = 0
+        #: The mean loss of the batch the last :meth:`gradient` read.
+        self.batch_loss = math.nan
         self.curve: list = []  # (virtual seconds, held-out accuracy), see watch()
         self._clock, self._interval, self._next = None, None, 0.0
 
@@ -112,7 +116,7 @@ class Learner:
 
     def gradient(self, params, worker: int, rows: int) -> np.ndarray:
         """Mean cross-entropy gradient of a batch of ``rows`` of ``worker``'s shard at
-        ``params`` (what the step read)."""
+        ``params`` (what the step read); its mean loss is left in :attr:`batch_loss`."""
         x, y = self._batch(worker, int(rows))
         layers = self.layers(params)
         acts = [x]
@@ -121,6 +125,7 @@ class Learner:
         logits = acts[-1] @ layers[-2] + layers[-1]
         p = np.exp(logits - logits.max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)
+        self.batch_loss = float(-np.mean(np.log(np.maximum(p[np.arange(len(y)), y], 1e-30))))
         p[np.arange(len(y)), y] -= 1.0
         delta = p / len(y)
         grads = []
@@ -175,14 +180,17 @@ class Learner:
         """An async step applies its own gradient at its end (stock PSS, ASP, SSP)."""
         self._step(g, self.lr)
 
-    def write(self, lane: int, slot: int, round_id: int, g_sum, count: int) -> None:
-        """A push into ``acc[lane, slot]`` tagged ``round_id`` (a new tag overwrites)."""
+    def write(self, lane: int, slot: int, round_id: int, g_sum, count: int,
+              loss_sum: float = math.nan) -> None:
+        """A push into ``acc[lane, slot]`` tagged ``round_id`` (a new tag overwrites), with
+        its summed loss (loss x count; NaN: none, as the runtime's lane)."""
         held = self.acc.get((lane, slot))
         if held is None or held[0] != round_id:
-            self.acc[(lane, slot)] = [round_id, g_sum, count]
+            self.acc[(lane, slot)] = [round_id, g_sum, count, loss_sum]
         else:
             held[1] = held[1] + g_sum
             held[2] += count
+            held[3] += loss_sum
 
     def hold(self, worker: int, g_sum, count: int) -> None:
         """A step of the H-PS buffer path adds its gradient to its worker's buffer."""
@@ -219,7 +227,8 @@ class Learner:
         units = sum(h[2] for h in own)
         mean = sum(h[1] for h in own) / max(units, 1e-6) if own else np.zeros(1)
         sample = GradientSample(units, len(own), float(mean @ mean),
-                                sum(float(h[1] @ h[1]) / h[2] for h in own))
+                                sum(float(h[1] @ h[1]) / h[2] for h in own),
+                                sum(h[3] for h in own) / max(units, 1e-6))
         g = total / max(n, 1e-6) * scale
         norm = float(np.linalg.norm(g))
         if not np.isfinite(norm):
