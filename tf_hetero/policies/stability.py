@@ -18,9 +18,15 @@ rose over ten rounds (1.6 to 7.7x the median before) while accuracy fell from 0.
 and the back-off at the eighth came too late. In the norm alone that looks like training
 taking off (``one_slow``'s first 20 rounds: 2-5x, sustained); the loss tells them apart, as
 it falls at a takeoff. Each round's apply also reports the mean training loss of its batch
-(at the weights its tasks read): a median of three rounds' losses above the lowest such
-median since the last back-off by ``rise`` of it plus twice the rounds' loss noise (from
-successive differences), two rounds in a row, lowers the ceiling too.
+(at the weights its tasks read), and two rounds in a row that look unstable by the loss
+lower the ceiling too: a round whose norm is ``joint`` (2) times the median before while
+its loss is above the median loss of the (up to 16) rounds before (the norm and the loss
+growing together), or whose median loss over the last three rounds is above that median by
+``rise`` (25%) plus three times the rounds' loss noise (from their successive
+differences). On
+the three 16-worker runs measured with the loss (benchmarks/results/2026-12-02-auto-loss/),
+replayed, the joint rule fired 1-3 rounds before the loss alone would, in each of the
+instabilities that followed a stable stretch at 16x.
 
 >>> c = StepCeiling(factor=4.0, window=8, min_rounds=4)
 >>> [c.observe(n, step=8.0) for n in (1.0, 1.2, 0.9, 1.1, 3.9, 1.0)]
@@ -37,11 +43,24 @@ the mean gradient's norm rose to 5x and 29x the median of the 6 rounds before (1
 The loss climbing (a slow instability; the norm unremarkable):
 
 >>> c = StepCeiling(window=8, min_rounds=4)
->>> losses = [2.3, 2.0, 1.8, 1.6, 1.5, 1.4, 1.3, 1.25, 1.3, 1.6, 1.9, 2.1]
+>>> losses = [1.3, 1.25, 1.32, 1.28, 1.3, 1.27, 1.31, 1.26, 1.29, 1.5, 1.8, 2.1]
 >>> [c.observe(1.0, step=16.0, loss=x) for x in losses][-1] is None   # climbing: judged next
 True
->>> print(c.observe(1.0, step=16.0, loss=2.2))
-the loss rose to 2.10 (median of the last 3 rounds), 1.62x its lowest (1.30), in two rounds in a row at a step of 16.00x the one-batch rate: the step is past its edge of stability
+>>> print(c.observe(1.0, step=16.0, loss=2.4))
+the loss rose to 2.10 (median of the last 3 rounds), 1.62x the median of the 8 rounds before (1.29), the second round in a row, at a step of 16.00x the one-batch rate: the step is past its edge of stability
+
+The norm and the loss growing together (a takeoff grows the norm while the loss falls):
+
+>>> c = StepCeiling(window=8, min_rounds=4)
+>>> losses = [1.0, 0.95, 0.97, 0.9, 0.92, 0.88, 0.9, 0.87, 0.86, 0.88, 0.95]
+>>> [c.observe(1.0, step=16.0, loss=x) for x in losses][-1] is None
+True
+>>> c.observe(2.5, step=16.0, loss=0.80) is None      # norm 2.5x, loss falling: a takeoff
+True
+>>> c.observe(2.5, step=16.0, loss=0.95) is None      # both up: judged next round
+True
+>>> print(c.observe(3.0, step=16.0, loss=1.0))
+the mean gradient's norm rose to 3.0x the median of the rounds before while the loss rose to 1.00, 1.12x the median of the 8 rounds before (0.89), the second round in a row, at a step of 16.00x the one-batch rate: the step is past its edge of stability
 """
 
 from __future__ import annotations
@@ -68,23 +87,28 @@ class StepCeiling:
         is judged: the rounds right after a spike ring with it (momentum) and are no
         reference.
       backoff: the new ceiling, as a fraction of the largest step of the last rounds.
-      rise: the smoothed loss's rise over its lowest (a fraction of it, on top of twice the
-        rounds' loss noise) that counts as climbing; two rounds in a row lower the ceiling.
+      rise: the smoothed loss's rise over the median of the rounds before (a fraction of
+        it, on top of twice the rounds' loss noise) that counts as climbing; two rounds in a
+        row (of this or ``joint``) lower the ceiling.
+      joint: a round's norm over the median of the rounds before that, with its loss above
+        theirs, counts as unstable.
     """
 
     def __init__(self, factor: float = 6.0, window: int = 16, min_rounds: int = 4,
-                 backoff: float = 0.5, rise: float = 0.1):
+                 backoff: float = 0.5, rise: float = 0.25, joint: float = 2.0):
         if not factor > 1:
             raise ValueError(f"StepCeiling(factor={factor!r}): need a number > 1.")
         if not 0 < backoff < 1:
             raise ValueError(f"StepCeiling(backoff={backoff!r}): need 0 < backoff < 1.")
         if not rise > 0:
             raise ValueError(f"StepCeiling(rise={rise!r}): need a number > 0.")
-        self.factor, self.backoff, self.min_rounds, self.rise = factor, backoff, min_rounds, rise
+        if not joint > 1:
+            raise ValueError(f"StepCeiling(joint={joint!r}): need a number > 1.")
+        self.factor, self.backoff, self.min_rounds = factor, backoff, min_rounds
+        self.rise, self.joint = rise, joint
         self.norms: collections.deque = collections.deque(maxlen=window)
-        self.losses: collections.deque = collections.deque(maxlen=window)
-        self.lowest = math.inf  # the lowest smoothed loss since the start or the last back-off
-        self.climbing = False  # the previous round's smoothed loss was climbing
+        self.losses: collections.deque = collections.deque(maxlen=window + _SMOOTH)
+        self.climbing = False  # the previous round looked unstable by a loss rule
         self.steps: collections.deque = collections.deque(maxlen=3)
         self.pending: float | None = None  # the previous round's ratio, if it was a spike
         #: The largest step allowed (``inf`` until the first back-off).
@@ -115,14 +139,14 @@ class StepCeiling:
         if not (math.isfinite(norm) and norm >= 0 and math.isfinite(step)):
             return None  # a NaN/Inf round is the divergence guard's (engine/guard.py)
         self.steps.append(step)
-        climb = self._climb(loss)
+        reference = statistics.median(self.norms) if len(self.norms) >= self.min_rounds else None
+        ratio = None if reference is None else (norm / reference if reference > 0 else math.inf)
+        climb = self._climb(loss, ratio)
         if climb is not None:
             return climb
-        if len(self.norms) < self.min_rounds:
+        if reference is None:
             self.norms.append(norm)
             return None
-        reference = statistics.median(self.norms)
-        ratio = norm / reference if reference > 0 else math.inf
         if ratio < self.factor:
             self.pending = None
             self.norms.append(norm)
@@ -139,35 +163,43 @@ class StepCeiling:
                 f"before ({reference:.2f}) {when} at a step of {largest:.2f}x the one-batch "
                 f"rate: the step is past its edge of stability")
 
-    def _climb(self, loss: float) -> str | None:
-        """The loss rule: why the ceiling was lowered, or ``None``."""
+    def _climb(self, loss: float, ratio: float | None) -> str | None:
+        """The loss rules (``ratio``: this round's norm over the median of the rounds
+        before, ``None`` until known): why the ceiling was lowered, or ``None``."""
         if not math.isfinite(loss):
             self.climbing = False
             return None
         self.losses.append(loss)
-        if len(self.losses) < max(self.min_rounds, _SMOOTH + 3):
-            return None
         recent = list(self.losses)
-        smoothed = statistics.median(recent[-_SMOOTH:])
-        # The rounds' loss noise, from successive differences before the smoothed rounds
-        # (a climb is no noise; robust: a median; a difference of two independent draws
-        # has sqrt(2) times their spread).
         before = recent[:-_SMOOTH]
+        if len(before) < max(self.min_rounds, _SMOOTH):
+            return None
+        smoothed = statistics.median(recent[-_SMOOTH:])
+        # The reference: the median loss of the rounds before (as the norm's; while
+        # training goes on it lies above the last rounds'). Their noise from successive
+        # differences (robust: a median; a difference of two independent draws has sqrt(2)
+        # times their spread).
+        reference = statistics.median(before)
         steps = [abs(b - a) for a, b in zip(before, before[1:])]
         noise = 1.4826 * statistics.median(steps) / math.sqrt(2)
-        lowest = self.lowest
-        self.lowest = min(self.lowest, smoothed)
-        if not (math.isfinite(lowest) and smoothed > lowest * (1 + self.rise) + 2 * noise):
+        if smoothed > reference * (1 + self.rise) + 3 * noise:
+            why = (f"the loss rose to {smoothed:.2f} (median of the last {_SMOOTH} rounds), "
+                   f"{smoothed / reference:.2f}x")
+        elif ratio is not None and ratio >= self.joint and loss > reference:
+            # The norm growing while the loss does too: an instability (a takeoff grows the
+            # norm while the loss falls).
+            why = (f"the mean gradient's norm rose to {ratio:.1f}x the median of the rounds "
+                   f"before while the loss rose to {loss:.2f}, {loss / reference:.2f}x")
+        else:
             self.climbing = False
             return None
         if not self.climbing:
             self.climbing = True
             return None  # judged next round
-        largest = self._back_off(smoothed / lowest)
-        return (f"the loss rose to {smoothed:.2f} (median of the last {_SMOOTH} rounds), "
-                f"{smoothed / lowest:.2f}x its lowest ({lowest:.2f}), in two rounds in a row "
-                f"at a step of {largest:.2f}x the one-batch rate: the step is past its edge of "
-                "stability")
+        largest = self._back_off(smoothed / reference)
+        return (f"{why} the median of the {len(before)} rounds before ({reference:.2f}), the "
+                f"second round in a row, at a step of {largest:.2f}x the one-batch rate: the "
+                "step is past its edge of stability")
 
     def _back_off(self, ratio: float) -> float:
         """Lowers the ceiling to ``backoff`` times the largest recent step (returned); the
@@ -178,5 +210,5 @@ class StepCeiling:
         self.norms.clear()
         self.pending = None
         self.losses.clear()
-        self.lowest, self.climbing = math.inf, False
+        self.climbing = False
         return largest
