@@ -120,8 +120,9 @@ class AutoConfig:
       ramp: the correction comes in over ``ramp x (1 + tau)`` sized rounds.
       unstable: a sized round's mean-gradient norm over the median of the rounds before it
         at which the step counts as past its edge of stability (two rounds in a row, or one
-        at its square): the step's ceiling becomes half the step taken, for the rest of the
-        fit (:class:`~tf_hetero.policies.stability.StepCeiling`). ``0``: never.
+        at its square; or two rounds in a row whose norm and loss both grow, or whose loss
+        climbs): the step's ceiling becomes half the step taken, for the rest of the fit
+        (:class:`~tf_hetero.policies.stability.StepCeiling`). ``0``: never.
       start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
         ``"rounds"``: sized rounds; on 16 workers their step needs its measured ceiling,
         docs/AUTO.md section 5).

@@ -88,8 +88,8 @@ class StepCeiling:
         reference.
       backoff: the new ceiling, as a fraction of the largest step of the last rounds.
       rise: the smoothed loss's rise over the median of the rounds before (a fraction of
-        it, on top of twice the rounds' loss noise) that counts as climbing; two rounds in a
-        row (of this or ``joint``) lower the ceiling.
+        it, on top of three times the rounds' loss noise) that counts as climbing; two
+        rounds in a row (of this or ``joint``) lower the ceiling.
       joint: a round's norm over the median of the rounds before that, with its loss above
         theirs, counts as unstable.
     """
