@@ -23,10 +23,11 @@ lower the ceiling too: a round whose norm is ``joint`` (2) times the median befo
 its loss is above the median loss of the (up to 16) rounds before (the norm and the loss
 growing together), or whose median loss over the last three rounds is above that median by
 ``rise`` (25%) plus three times the rounds' loss noise (from their successive
-differences). On
-the three 16-worker runs measured with the loss (benchmarks/results/2026-12-02-auto-loss/),
-replayed, the joint rule fired 1-3 rounds before the loss alone would, in each of the
-instabilities that followed a stable stretch at 16x.
+differences). Replayed on the six 16-worker runs measured with the loss
+(benchmarks/results/2026-12-02-auto-loss/), the joint rule fired 4 rounds before the loss
+rule alone in the two instabilities both caught, and caught four it did not (one in the
+last 15 rounds of a fit); on three ``one_slow`` runs it fired once, late, at a loss that
+had doubled (accuracy 0.91 -> 0.84).
 
 >>> c = StepCeiling(factor=4.0, window=8, min_rounds=4)
 >>> [c.observe(n, step=8.0) for n in (1.0, 1.2, 0.9, 1.1, 3.9, 1.0)]
