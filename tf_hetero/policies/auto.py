@@ -456,8 +456,6 @@ class AutoController(BalancedBatches, Component):
         back-off is a decision (its line says why)."""
         if self.ceiling is None:
             return
-        if self._checked > len(rounds):  # a new monitor: its rounds from the start
-            self._checked = 0
         for rnd in rounds[self._checked:]:
             norm, step = rnd.info.get("grad_norm"), rnd.info.get("scale")
             if norm is None or not step:
@@ -508,8 +506,8 @@ class AutoController(BalancedBatches, Component):
         new records scanned only (the monitor appends; a new monitor starts over)."""
         rounds = getattr(monitor, "rounds", [])
         seen_by, scanned, sized = self._sized
-        if seen_by is not monitor:
-            scanned, sized = 0, []
+        if seen_by is not monitor:  # a new monitor (a new fit): its rounds from the start
+            scanned, sized, self._checked = 0, [], 0
         n = len(rounds)  # a round recorded meanwhile is scanned next time
         sized.extend(r for r in rounds[scanned:n] if r.training
                      and r.info.get("sizes") and len(r.info["sizes"]) > 1)
