@@ -78,8 +78,9 @@ class LocalBuffers:
     def covers(self, variables) -> bool:
         return self.acc.covers(variables)
 
-    def accumulate(self, grads_and_vars, code: tf.Tensor) -> tf.Operation:
-        """In a task: buffer this micro-batch's gradient; push if the code's flags say so."""
+    def accumulate(self, grads_and_vars, code: tf.Tensor, loss=None) -> tf.Operation:
+        """In a task: buffer this micro-batch's gradient; push if the code's flags say so.
+        The step's ``loss`` is not buffered: a push gives its lane no loss (NaN)."""
         hooks.step_hooks().keep_gradient_local()  # pushes below pay the link/PS, not each step
         grads = [None] * len(self.sums)
         for g, v in grads_and_vars:

@@ -296,5 +296,5 @@ def _autograph(fn):
 
 
 class _NullAccumulators:
-    def accumulate(self, grads_and_vars, code):
+    def accumulate(self, grads_and_vars, code, loss=None):
         return tf.no_op()
