@@ -386,7 +386,7 @@ class Accumulators:
                 zero = tf.constant(0.0, tf.float64)
                 with tf.device(self.losses.device):
                     own64 = tf.cast(own, tf.float64)
-                    loss = (tf.reduce_sum(tf.where(own64 > 0, self.losses, 0.0) * own64)
+                    loss = (tf.reduce_sum(tf.where(own64 > 0, self.losses, 0.0))
                             / tf.maximum(tf.cast(n_own, tf.float64), 1e-6))
                     # a lane of the round with no loss makes the round's unknown (NaN)
                     loss = tf.where(tf.reduce_any(tf.math.is_nan(self.losses) & (own64 > 0)),

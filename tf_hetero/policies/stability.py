@@ -181,8 +181,8 @@ class StepCeiling:
         # differences (robust: a median; a difference of two independent draws has sqrt(2)
         # times their spread).
         reference = statistics.median(before)
-        steps = [abs(b - a) for a, b in zip(before, before[1:])]
-        noise = 1.4826 * statistics.median(steps) / math.sqrt(2)
+        diffs = [abs(b - a) for a, b in zip(before, before[1:])]
+        noise = 1.4826 * statistics.median(diffs) / math.sqrt(2)
         if smoothed > reference * (1 + self.rise) + 3 * noise:
             why = (f"the loss rose to {smoothed:.2f} (median of the last {_SMOOTH} rounds), "
                    f"{smoothed / reference:.2f}x")
