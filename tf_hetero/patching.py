@@ -3,7 +3,7 @@
 tf-hetero changes a few things TF and tf_keras do by wrapping one of their module functions or
 methods (each named, with why, where it is wrapped: ``strategies/runtime/fitplan.py``,
 ``strategies/runtime/callbacks.py``, ``strategies/runtime/granules.py``,
-``strategies/runtime/remake.py``,
+``strategies/runtime/remake.py``, ``strategies/runtime/errors.py``,
 :func:`tf_hetero.data.device_datasets_without_autotune`;
 docs/TF_INTERNALS.md, "Auditing an upgrade"). Each is installed by every strategy that is made,
 so the wrap must happen once: a second wrap would run the change twice per call.

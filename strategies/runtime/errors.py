@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+
 import tensorflow as tf
 
 from tf_hetero import tfcompat
+from tf_hetero.patching import wrap_once
+from tf_hetero.strategies.runtime import fitplan
+from tf_hetero.tfcompat import variables as tfvars
 
-__all__ = ["ParameterServerError", "translate", "translated", "fail_fit"]
+__all__ = ["ParameterServerError", "translate", "translated", "fail_fit", "install"]
 
 
 class ParameterServerError(RuntimeError):
@@ -48,3 +53,36 @@ def fail_fit(coordinator, error: BaseException) -> None:
         coordinator.engine.fail(error)
         return
     tfcompat.coordinator.queue_of(coordinator).fail(error)
+
+
+def install() -> None:
+    """Wraps tf_keras's ``Model.fit``, ``evaluate`` and ``predict`` (once per process) so that
+    what they raise under a tf-hetero strategy is translated (:func:`translate`); under any
+    other strategy they are untouched.
+
+    The coordinator translates what its closures, joins and applies raise, but a PS that
+    died between two steps can be met first by an op the chief runs itself: measured, a BSP
+    fit whose only PS was killed at the end of epoch 1 raised TensorFlow's raw
+    ``UnavailableError`` ("failed to connect to all addresses", from tf_keras's
+    ``backend._assign_value_to_variable`` at the next epoch's start) instead of
+    :class:`ParameterServerError`."""
+    import tf_keras
+
+    for name in ("fit", "evaluate", "predict"):
+        wrap_once(tf_keras.Model, name, _translating)
+
+
+def _translating(original):
+    @functools.wraps(original)
+    def call(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        except Exception as e:  # pylint: disable=broad-except
+            if fitplan.state_of(tfvars.model_variables_strategy(self)) is None:
+                raise  # not a tf-hetero strategy's model: stock behaviour
+            t = translate(e)
+            if t is e:
+                raise
+            raise t from e
+
+    return call

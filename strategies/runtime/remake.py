@@ -29,20 +29,9 @@ def install() -> None:
         wrap_once(tf_keras.Model, name, _remade_after_moves)
 
 
-def _strategy_of(model):
-    """The strategy ``model``'s variables live under, or None. ``predict`` under PSS sets the
-    model's strategy to None while it runs (tf_keras training.py); the variables still know
-    theirs. An unbuilt model has none (and its weights raise): nothing of it can have
-    moved."""
-    strategy = tfvars.model_strategy(model)
-    if strategy is None and model.built:
-        strategy = next((tfvars.variable_strategy(v) for v in model.weights[:1]), None)
-    return strategy
-
-
 def _remade_after_moves(original):
     def make(self, force=False):
-        generation = getattr(_strategy_of(self), "placement_generation", 0)
+        generation = getattr(tfvars.model_variables_strategy(self), "placement_generation", 0)
         made = self.__dict__.setdefault("_tf_hetero_generations", {})
         if made.get(original.__name__, 0) != generation:
             force = True

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 __all__ = ["is_ps_variable", "caching_variable", "inner_variable", "swap_inner",
            "resource_variable", "variable_strategy", "optimizer_slots", "tracked_child",
-           "track_child", "model_strategy"]
+           "track_child", "model_strategy", "model_variables_strategy"]
 
 
 def is_ps_variable(variable) -> bool:
@@ -121,3 +121,13 @@ def model_strategy(model):
     ``None``. Unlike the public ``distribute_strategy`` it does not fall back to the current
     strategy: ``predict`` under PSS sets it to ``None`` while it runs."""
     return getattr(model, "_distribution_strategy", None)
+
+
+def model_variables_strategy(model):
+    """The strategy ``model``'s variables live under, or ``None``: :func:`model_strategy`,
+    else (``predict`` under PSS sets that to ``None`` while it runs, and an error inside it
+    can leave it so) its first weight's. An unbuilt model has none (its weights raise)."""
+    strategy = model_strategy(model)
+    if strategy is None and model.built:
+        strategy = next((variable_strategy(v) for v in model.weights[:1]), None)
+    return strategy

@@ -1,7 +1,7 @@
 """Failure scenarios on a multi-process LocalCluster; prints one JSON line of results.
 
     python failures.py worker OUT.json   # kill worker 1 mid-fit, then restart it
-    python failures.py ps OUT.json CKPT      # kill the PS mid-fit; BackupAndRestore in CKPT
+    python failures.py ps OUT.json CKPT      # kill the PS at epoch 1's end; BackupAndRestore in CKPT
     python failures.py resume OUT.json CKPT  # a new cluster; fit resumes from CKPT
 
 Run as its own process by tests/cluster/test_failures.py (a fresh chief for a fresh cluster).
@@ -70,13 +70,22 @@ def ps_scenario(out, ckpt):
         strategy = tf_hetero.BSPStrategy(cluster.resolver, stall_timeout_s=120)
         model, data = build(strategy)
         backup = keras.callbacks.BackupAndRestore(ckpt)
-        # Killed during epoch 2: BackupAndRestore has saved epoch 1.
-        threading.Thread(target=lambda: (when(lambda: len(strategy.monitor.tasks) >= 21),
-                                         cluster.kill("ps", 0)), daemon=True).start()
+
+        class KillAtFirstEpochEnd(keras.callbacks.Callback):
+            """Kills the PS once BackupAndRestore (before it in the list) saved epoch 1:
+            the next epoch's first op on the PS is the chief's own (tf_keras assigning a
+            variable), which raised TF's raw UnavailableError before fit's errors were
+            translated. (A PS killed mid-epoch: the chaos tests, test_failures.py.)"""
+
+            def on_epoch_end(self, epoch, logs=None):
+                if epoch == 0:
+                    cluster.kill("ps", 0)
+
         error = None
         t0 = time.monotonic()
         try:
-            model.fit(data, epochs=3, steps_per_epoch=15, verbose=0, callbacks=[backup])
+            model.fit(data, epochs=3, steps_per_epoch=15, verbose=0,
+                      callbacks=[backup, KillAtFirstEpochEnd()])
         except Exception as e:  # noqa: BLE001 - the scenario reports what fit raised
             error = dict(type=type(e).__name__, message=str(e))
         result = dict(error=error, seconds_to_error=time.monotonic() - t0)
