@@ -6,7 +6,10 @@ on one cluster, as `tf-hetero bench` runs them (same warm-up, clock, meters and 
     flock /tmp/heavy.lock .venv/bin/python benchmarks/auto_variants.py one_slow 3 OUT_DIR \
         pss:1 hps:2 auto auto@start=rounds,async_tuned=sqrt
 
-A row ``auto@k=v,...`` is AutoStrategy with those AutoConfig settings.
+A row ``auto@k=v,...`` is AutoStrategy with those AutoConfig settings. ``NAME:FACTOR:M`` runs a
+row at momentum ``M`` with ``lr / (1 - M)`` held at the factor's value (`tf-hetero bench
+--lr-grid`'s momentum grid); several points of one row are reported at its best, as the bench's
+grid is (``pss:0.5:0 pss:1:0 pss:1:0.9 ...``).
 """
 
 from __future__ import annotations
@@ -52,10 +55,11 @@ def main(scenario: str, repeats: int, out_dir: str, rows: list[str]) -> None:
     (sc,) = load_scenarios(scenario)
     specs = []
     for r in rows:
-        name, _, factor = r.partition(":")
+        name, _, point = r.partition(":")
+        factor, _, momentum = point.partition(":")
         name = _auto_row(name) if name.startswith("auto@") else name
-        specs.append((name, float(factor or 1.0)))
-    cfg = sc.config(strategies=tuple(dict.fromkeys(n for n, _ in specs)), repeats=repeats,
+        specs.append((name, float(factor or 1.0), float(momentum) if momentum else None))
+    cfg = sc.config(strategies=tuple(dict.fromkeys(n for n, _, _ in specs)), repeats=repeats,
                     out_dir=out_dir, json_path=os.path.join(out_dir, "bench.json"))
     profile = Profile.parse(cfg.profile)
     os.makedirs(out_dir, exist_ok=True)
@@ -71,10 +75,10 @@ def main(scenario: str, repeats: int, out_dir: str, rows: list[str]) -> None:
             order = list(specs)
             random.Random(cfg.seed + rep).shuffle(order)
             print(f"[auto_variants] repeat {rep + 1}/{repeats}: {order}", flush=True)
-            for name, factor in order:
+            for name, factor, momentum in order:
                 try:
                     run = run_strategy(name, cluster, cfg, profile, factor, meter,
-                                       seed=cfg.seed + rep, cpu_meter=cpu)
+                                       seed=cfg.seed + rep, cpu_meter=cpu, momentum=momentum)
                 except Exception as e:  # pylint: disable=broad-except
                     # As `tf-hetero bench`: one broken row must not lose the others' runs.
                     failed.setdefault(name, bench.failure_line(e))
