@@ -16,6 +16,8 @@ modules work without importing TensorFlow):
   :class:`Monitor`, :class:`TaskLog`, :class:`MonitorLogs`, :class:`Progress`
 - the pure layers: :mod:`tf_hetero.engine` (round engine and its contracts),
   :mod:`tf_hetero.policies`
+- Keras 3 ``model.fit`` on a parameter-server cluster: :func:`tf_hetero.keras3.enable`
+  (:mod:`tf_hetero.keras3`; docs/KERAS3.md)
 - subpackages: :mod:`tf_hetero.models`, :mod:`tf_hetero.data`; commands live in
   :mod:`tf_hetero.tools` (not part of the library API)
 - TensorFlow's C++ log lines are kept out of the output once ``tf_hetero`` is imported (import
@@ -72,7 +74,7 @@ _EXPORTS = {
     "DivergenceError": "tf_hetero.policies.diverge",
 }
 _SUBPACKAGES = ("models", "strategies", "data", "engine", "policies", "telemetry", "cluster",
-                "emulation", "callbacks", "tflogs")
+                "emulation", "callbacks", "tflogs", "keras3")
 
 __all__ = sorted(_EXPORTS) + list(_SUBPACKAGES) + ["__version__"]
 

@@ -1,11 +1,12 @@
-"""The one adapter for TensorFlow's and tf_keras's private names.
+"""The one adapter for TensorFlow's, tf_keras's and Keras 3's private names.
 
-Every reach into a private attribute or a private module of TensorFlow 2.21 / tf_keras 2.21
-(closure-queue internals, worker hooks, ``Extended`` internals, variable internals, tf_keras's
-data handler and training internals) is a named function here; the rest of tf-hetero calls
-these functions and never touches a private name itself (``tests/test_layers.py`` checks it).
-A TensorFlow or tf_keras upgrade is audited here: docs/TF_INTERNALS.md maps each function to
-the TF source it reads and to the test that fails when an upgrade breaks it.
+Every reach into a private attribute or a private module of TensorFlow 2.21, tf_keras 2.21 or
+Keras 3.15 (closure-queue internals, worker hooks, ``Extended`` internals, variable internals,
+tf_keras's data handler and training internals, Keras 3's trainer) is a named function here;
+the rest of tf-hetero calls these functions and never touches a private name itself
+(``tests/test_layers.py`` checks it). A TensorFlow, tf_keras or Keras upgrade is audited here:
+docs/TF_INTERNALS.md maps each function to the source it reads and to the test that fails
+when an upgrade breaks it.
 
 Modules, by what they reach:
 
@@ -15,6 +16,8 @@ Modules, by what they reach:
   size, variable creation counters, function retracing.
 - :mod:`~tf_hetero.tfcompat.keras` -- tf_keras: the data handler, the callback list, the
   optimizer classes, the running ``fit``.
+- :mod:`~tf_hetero.tfcompat.keras3` -- Keras 3: the trainer class and its helpers, the
+  TensorFlow backend's variable class, the data adapters, the callbacks' default hooks.
 - :mod:`~tf_hetero.tfcompat.ops` -- below distribution: the sleep dataset, variable classes,
   device datasets, device scopes, a dataset's batch size, the eager context.
 - :mod:`~tf_hetero.tfcompat.variables` -- a PS variable's wrapper and inner variable, optimizer
@@ -23,9 +26,10 @@ Modules, by what they reach:
 
 import importlib
 
-#: Submodules, imported on first use (``tfcompat.keras`` imports tf_keras: a module that only
-#: needs ``tfcompat.strategy`` does not pay for it).
-_MODULES = ("coordinator", "keras", "ops", "strategy", "variables")
+#: Submodules, imported on first use (``tfcompat.keras`` imports tf_keras, ``tfcompat.keras3``
+#: Keras 3 when a function of it is called: a module that only needs ``tfcompat.strategy``
+#: does not pay for them).
+_MODULES = ("coordinator", "keras", "keras3", "ops", "strategy", "variables")
 __all__ = list(_MODULES)
 
 

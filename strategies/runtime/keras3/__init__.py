@@ -1,0 +1,99 @@
+"""Keras 3 ``model.fit``, ``evaluate`` and ``predict`` on a parameter-server cluster
+(stock ``tf.distribute.ParameterServerStrategy``, asynchronous; docs/KERAS3.md).
+
+Keras 3's TensorFlow trainer has no parameter-server path. :func:`install` (what
+``tf_hetero.keras3.enable()`` calls) wraps, once per process:
+
+- ``TensorFlowTrainer.fit`` / ``evaluate`` / ``predict`` / ``predict_on_batch``: for a model
+  whose ``distribute_strategy`` is a parameter-server strategy they run the loops of
+  :mod:`.loop` (steps scheduled on the workers through the strategy's
+  ``ClusterCoordinator``); for every other model, Keras's own method, unchanged.
+  ``train_on_batch`` / ``test_on_batch`` under a parameter-server strategy are refused
+  (they would run on the chief);
+- the TensorFlow backend's ``Variable.assign_add`` / ``assign_sub``: atomic on a parameter
+  server (:mod:`.variables`).
+
+The decision is made per call, from the model's strategy; nothing changes for a model
+trained without one. Every private Keras 3 name is reached through
+:mod:`tf_hetero.tfcompat.keras3`.
+
+Stage 2 (tf-hetero's round strategies) builds on this: their coordinator receives the
+closures :mod:`.functions` makes through ``coordinator.schedule``, and the interception of a
+traced step's optimizer call must add Keras 3's ``BaseOptimizer.apply``. Until then a
+tf-hetero strategy refuses a Keras 3 model before training (:func:`.checks.check_strategy`).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+from tf_hetero import tfcompat
+
+__all__ = ["install", "installed"]
+
+_lock = threading.Lock()
+_installed = False
+
+
+def installed() -> bool:
+    """Has :func:`install` run in this process?"""
+    return _installed
+
+
+def _uses_ps(model) -> bool:
+    return tfcompat.strategy.uses_coordinator(model.distribute_strategy)
+
+
+def _checked_strategy(model):
+    from tf_hetero.strategies.runtime.fitplan import state_of
+    from tf_hetero.strategies.runtime.keras3 import checks
+
+    strategy = model.distribute_strategy
+    checks.check_strategy(strategy, state_of(strategy) is not None)
+
+
+def _routed(name: str):
+    def make(original):
+        @functools.wraps(original)
+        def method(self, *args, **kwargs):
+            if not _uses_ps(self):
+                return original(self, *args, **kwargs)
+            from tf_hetero.strategies.runtime.keras3 import checks, loop
+
+            _checked_strategy(self)
+            if name in ("train_on_batch", "test_on_batch"):
+                checks.refuse_on_batch(name)
+            return getattr(loop, name)(self, *args, **kwargs)
+
+        return method
+
+    make.__name__ = make.__qualname__ = f"on_parameter_servers_{name}"
+    return make
+
+
+_ROUTED = {name: _routed(name) for name in ("fit", "evaluate", "predict", "train_on_batch",
+                                            "test_on_batch", "predict_on_batch")}
+
+
+def install() -> None:
+    """Makes Keras 3 train, evaluate and predict on a parameter-server cluster's workers
+    (idempotent, thread-safe). Needs Keras 3 with the TensorFlow backend."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        version = tfcompat.keras3.version()
+        import keras
+
+        if not version.startswith("3.") or keras.backend.backend() != "tensorflow":
+            raise RuntimeError(
+                f"tf-hetero: Keras 3 with the TensorFlow backend is needed (installed: keras "
+                f"{version}, backend {keras.backend.backend()!r}). Fix: pip install "
+                "keras==3.15.1 and set KERAS_BACKEND=tensorflow (the default).")
+        from tf_hetero.strategies.runtime.keras3 import variables
+
+        for name, make in _ROUTED.items():
+            tfcompat.keras3.wrap_trainer(name, make)
+        variables.install()
+        _installed = True
