@@ -136,13 +136,19 @@ def pythonify_logs(logs) -> dict:
 def concat_predictions(batches: list):
     """``predict``'s result from its batches' outputs, in order, as Keras concatenates them
     (k3/backend/tensorflow/trainer.py ``potentially_ragged_concat`` and
-    ``convert_to_np_if_not_ragged``: NumPy arrays, ragged where the batches disagree)."""
+    ``convert_to_np_if_not_ragged``: NumPy arrays, ragged where the batches disagree).
+    The outputs may be NumPy arrays (what a fetched ``RemoteValue`` holds): one batch's
+    comes back as it is, where Keras's conversion expects a tensor."""
+    import numpy as np
     from keras.src import tree
     from keras.src.backend.tensorflow import trainer
 
+    def to_numpy(x):
+        return x if isinstance(x, np.ndarray) else trainer.convert_to_np_if_not_ragged(x)
+
     outputs = tree.map_structure_up_to(batches[0], lambda *parts: list(parts), *batches)
     outputs = tree.map_structure_up_to(batches[0], trainer.potentially_ragged_concat, outputs)
-    return tree.map_structure(trainer.convert_to_np_if_not_ragged, outputs)
+    return tree.map_structure(to_numpy, outputs)
 
 
 def is_array_data(x, y=None, sample_weight=None) -> bool:
