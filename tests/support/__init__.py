@@ -8,6 +8,8 @@ No test module imports another test module: everything two of them use is here.
 - :mod:`support.engine`: engines with the baseline policies on those fakes;
 - :mod:`support.small`: a small seeded classification problem and model;
 - :mod:`support.fit`: fits on the shared in-process cluster (3 workers) and their checks;
+- :mod:`support.keras3`: the small problem with a Keras 3 model, and the check that a Keras 3
+  fit on a cluster ran on the workers;
 - :mod:`support.toy_policy`: a new assignment policy, as a user would add one;
 - :mod:`support.notebooks`: the Colab notebooks run with small settings;
 - :mod:`support.layers`: the package's modules and their imports, parsed once (the layer

@@ -1,0 +1,118 @@
+"""The adapter's reaches into Keras 3's private names (``tf_hetero/tfcompat/keras3.py``) still
+work on the installed Keras: each adapter function is run on real Keras 3 objects, without a
+cluster, and the Keras pin is the installed version. A Keras upgrade that renames or drops one
+fails here first (docs/TF_INTERNALS.md, "The adapter map"). The switch and the refusals:
+tests/strategies/runtime/test_keras3.py; the cluster tests:
+tests/strategies/test_stock_pss_keras3.py."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import tomllib
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_hetero import tfcompat
+
+from support import REPO
+from support import keras3 as k3
+
+K3 = tfcompat.keras3
+
+
+# -- the pin -----------------------------------------------------------------------------------
+
+def test_keras_is_pinned_beside_tensorflow_and_is_the_installed_version():
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]
+    assert f"keras=={K3.version()}" in deps
+    assert K3.version().startswith("3.") and keras.backend.backend() == "tensorflow"
+
+
+# -- the classes wrapped -----------------------------------------------------------------------
+
+def test_the_trainer_and_variable_classes_are_keras_models_and_variables():
+    assert issubclass(keras.Model, K3.trainer_class())
+    for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch",
+                 "predict_on_batch"):
+        assert callable(getattr(K3.trainer_class(), name))
+    assert issubclass(keras.Variable, K3.variable_class())
+    v = keras.Variable(1.0)
+    assert isinstance(K3.inner_variable(v), tf.Variable)
+    # assign_add is Keras's read-then-write (what tf-hetero makes atomic on a PS)
+    assign_add = K3.variable_class().assign_add
+    assert "self.assign(self + value)" in inspect.getsource(
+        getattr(assign_add, "__wrapped__", assign_add))
+
+
+def test_stateless_scope_is_seen():
+    assert not K3.in_stateless_scope()
+    with keras.StatelessScope():
+        assert K3.in_stateless_scope()
+
+
+# -- the trainer's helpers ---------------------------------------------------------------------
+
+def test_a_model_is_built_from_a_datasets_element_spec_without_a_batch():
+    x, y = k3.rows(64)
+    spec = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).element_spec
+    model = keras.Sequential([keras.layers.Dense(3)])  # no Input: unbuilt
+    model.compile(keras.optimizers.Adam(), "sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    assert not model.built and not model.optimizer.built
+    K3.symbolic_build(model, spec)
+    assert model.built and model.optimizer.built
+    assert [tuple(w.shape) for w in model.weights] == [(k3.FEATURES, 3), (3,)]
+    assert all(m.variables for m in model.metrics)  # the loss tracker, the compiled metrics
+
+
+def test_the_trainer_helpers_the_loop_calls():
+    with pytest.raises(ValueError, match="compile"):
+        K3.assert_compiled(k3.model(), "fit")
+    model = k3.compiled()
+    K3.assert_compiled(model, "fit")
+    assert K3.initial_epoch(model, 3) == 3
+    x, y = k3.rows(64)
+    logs = model.evaluate(x, y, verbose=0, return_dict=True)
+    assert K3.flatten_metrics(model, logs) == [logs["loss"], logs["accuracy"]]
+    assert K3.pythonify_logs({"a": tf.constant(1.5), "b": {"c": np.float32(2)}}) == \
+        {"a": 1.5, "c": 2.0}
+
+
+def test_predictions_are_concatenated_in_order():
+    parts = [np.arange(6).reshape(3, 2), np.arange(6, 10).reshape(2, 2)]
+    out = K3.concat_predictions(parts)
+    np.testing.assert_array_equal(out, np.arange(10).reshape(5, 2))
+    out = K3.concat_predictions([{"a": p} for p in parts])
+    np.testing.assert_array_equal(out["a"], np.arange(10).reshape(5, 2))
+    for one in (parts[0], tf.constant(parts[0])):  # one batch: fetched (NumPy) or a tensor
+        out = K3.concat_predictions([one])
+        assert isinstance(out, np.ndarray)
+        np.testing.assert_array_equal(out, parts[0])
+
+
+# -- the data adapters and the callbacks' hooks ------------------------------------------------
+
+def test_data_adapters_make_the_dataset_keras_would():
+    x, y = k3.rows(10)
+    assert K3.is_array_data(x, y) and not K3.is_array_data(iter([x]))
+    ds = K3.tf_dataset(x, y, batch_size=4)
+    assert [int(b[0].shape[0]) for b in ds] == [4, 4, 2]
+    weighted = K3.tf_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(5),
+                             class_weight={0: 1.0, 1: 2.0, 2: 3.0})
+    _, yb, sw = next(iter(weighted))
+    np.testing.assert_allclose(sw.numpy(), yb.numpy() + 1.0)
+
+
+def test_the_batch_hooks_a_callback_overrides_are_found(tmp_path):
+    assert K3.overridden_hooks(keras.callbacks.History()) == []
+    assert K3.overridden_hooks(keras.callbacks.EarlyStopping()) == []
+    assert "on_train_batch_end" in K3.overridden_hooks(
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "x.keras")))
+    assert K3.overridden_hooks(keras.callbacks.LambdaCallback(on_epoch_end=print)) == []
+    assert K3.overridden_hooks(
+        keras.callbacks.LambdaCallback(on_train_batch_end=print)) == ["on_train_batch_end"]
