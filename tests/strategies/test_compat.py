@@ -32,7 +32,10 @@ from tf_hetero.strategies import registry
 
 from support import small
 
-pytestmark = pytest.mark.cluster
+# Its own xdist group (tests/conftest.py): the matrix is half of the in-process tests' time
+# (986 of ~2,070 s in a fresh-clone run), which all ran on one worker, the suite's critical
+# path; the other worker runs it on an in-process cluster of its own after its pure modules.
+pytestmark = [pytest.mark.cluster, pytest.mark.inprocess("compat")]
 
 N, B = 3, 8
 VOCAB = ["a", "b", "c", "d", "e", "f"]
