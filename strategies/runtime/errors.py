@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import NoReturn
 
 import tensorflow as tf
 
@@ -38,10 +39,16 @@ def translated(call, *args, **kwargs):
     try:
         return call(*args, **kwargs)
     except Exception as e:  # pylint: disable=broad-except
-        t = translate(e)
-        if t is e:
-            raise
-        raise t from e
+        _raise_translated(e)
+        raise  # unreachable: _raise_translated always raises
+
+
+def _raise_translated(e: BaseException) -> NoReturn:
+    """Raises ``translate(e)`` from ``e``, or ``e`` itself when it needs no translation."""
+    t = translate(e)
+    if t is e:
+        raise e
+    raise t from e
 
 
 def fail_fit(coordinator, error: BaseException) -> None:
@@ -80,9 +87,6 @@ def _translating(original):
         except Exception as e:  # pylint: disable=broad-except
             if fitplan.state_of(tfvars.model_variables_strategy(self)) is None:
                 raise  # not a tf-hetero strategy's model: stock behaviour
-            t = translate(e)
-            if t is e:
-                raise
-            raise t from e
+            _raise_translated(e)
 
     return call

@@ -73,35 +73,36 @@ def _stepping(model, step):
     return tf.function(execution, autograph=False)
 
 
+def _scheduled(model, kind: str, make) -> ScheduledFunction:
+    """The model's current ``kind`` function, or a new one from ``make()`` (once per compile)."""
+    attribute = f"{kind}_function"
+    fn = _current(model, attribute, kind)
+    if fn is None:
+        fn = ScheduledFunction(kind, make(), model)
+        setattr(model, attribute, fn)
+    return fn
+
+
+def _predicting(model):
+    strategy = model.distribute_strategy
+    step = tf.autograph.experimental.do_not_convert(model.predict_step)
+
+    def predict(batches):
+        return tuple(strategy.run(step, args=(batch,)) for batch in batches)
+
+    return tf.function(predict, autograph=False, reduce_retracing=True)
+
+
 def train_function(model) -> ScheduledFunction:
     """The model's scheduled training execution (made once per compile)."""
-    fn = _current(model, "train_function", "train")
-    if fn is None:
-        fn = ScheduledFunction("train", _stepping(model, model.train_step), model)
-        model.train_function = fn
-    return fn
+    return _scheduled(model, "train", lambda: _stepping(model, model.train_step))
 
 
 def test_function(model) -> ScheduledFunction:
     """The model's scheduled evaluation execution (made once per compile)."""
-    fn = _current(model, "test_function", "test")
-    if fn is None:
-        fn = ScheduledFunction("test", _stepping(model, model.test_step), model)
-        model.test_function = fn
-    return fn
+    return _scheduled(model, "test", lambda: _stepping(model, model.test_step))
 
 
 def predict_function(model) -> ScheduledFunction:
     """The model's scheduled prediction of a tuple of batches (made once per compile)."""
-    fn = _current(model, "predict_function", "predict")
-    if fn is None:
-        strategy = model.distribute_strategy
-        step = tf.autograph.experimental.do_not_convert(model.predict_step)
-
-        def predict(batches):
-            return tuple(strategy.run(step, args=(batch,)) for batch in batches)
-
-        fn = ScheduledFunction("predict", tf.function(predict, autograph=False,
-                                                      reduce_retracing=True), model)
-        model.predict_function = fn
-    return fn
+    return _scheduled(model, "predict", lambda: _predicting(model))

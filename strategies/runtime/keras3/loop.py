@@ -37,6 +37,11 @@ def _verbose(verbose):
     return 2 if verbose == "auto" else verbose
 
 
+def _given(callbacks) -> list:
+    """The callbacks a user passed: a list, ``None`` or a ``CallbackList``."""
+    return list(getattr(callbacks, "callbacks", callbacks) or [])
+
+
 def _callback_list(callbacks, model, *, verbose, epochs, steps, history=False):
     import keras
 
@@ -90,10 +95,7 @@ def fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callba
                           validation_steps=validation_steps)
     checks.check_model(model, "fit")
     verbose = _verbose(verbose)
-    if isinstance(callbacks, list) or callbacks is None:
-        checks.check_callbacks(callbacks or [], "fit", validation_data is not None)
-    else:
-        checks.check_callbacks(callbacks.callbacks, "fit", validation_data is not None)
+    checks.check_callbacks(_given(callbacks), "fit", validation_data is not None)
     steps_per_epoch = int(steps_per_epoch)
     coordinator = _coordinator(strategy)
     per_execution = int(model.steps_per_execution)
@@ -164,6 +166,16 @@ def _evaluate(model, coordinator, worker_data, steps, callbacks):
     return logs
 
 
+def _prepare(model, method: str, steps, verbose, callbacks):
+    """``evaluate``'s and ``predict``'s checks before anything runs; returns the strategy,
+    the verbosity and the coordinator."""
+    checks.check_steps(steps, method, verbose)
+    checks.check_model(model, method)
+    checks.check_callbacks(_given(callbacks), method)
+    strategy = model.distribute_strategy
+    return strategy, _verbose(verbose), _coordinator(strategy)
+
+
 def evaluate(model, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None,
              steps=None, callbacks=None, return_dict=False, **kwargs):
     """``Model.evaluate`` on the workers (``steps`` required)."""
@@ -171,13 +183,7 @@ def evaluate(model, x=None, y=None, batch_size=None, verbose="auto", sample_weig
     kwargs.pop("_use_cached_eval_dataset", None)
     if kwargs:
         raise ValueError(f"Arguments not recognized: {kwargs}")
-    strategy = model.distribute_strategy
-    checks.check_steps(steps, "evaluate", verbose)
-    checks.check_model(model, "evaluate")
-    verbose = _verbose(verbose)
-    checks.check_callbacks(callbacks.callbacks if hasattr(callbacks, "callbacks")
-                           else callbacks or [], "evaluate")
-    coordinator = _coordinator(strategy)
+    strategy, verbose, coordinator = _prepare(model, "evaluate", steps, verbose, callbacks)
     worker_data = data.per_worker(coordinator, strategy, x, y, sample_weight, batch_size,
                                   needed=int(steps), method="evaluate", what="evaluation")
     _build(model, strategy, worker_data.element_spec)
@@ -190,13 +196,7 @@ def evaluate(model, x=None, y=None, batch_size=None, verbose="auto", sample_weig
 
 def predict(model, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
     """``Model.predict`` with every batch computed on a worker, results in input order."""
-    strategy = model.distribute_strategy
-    checks.check_steps(steps, "predict", verbose)
-    checks.check_model(model, "predict")
-    verbose = _verbose(verbose)
-    checks.check_callbacks(callbacks.callbacks if hasattr(callbacks, "callbacks")
-                           else callbacks or [], "predict")
-    coordinator = _coordinator(strategy)
+    strategy, verbose, coordinator = _prepare(model, "predict", steps, verbose, callbacks)
     batches = data.chief_batches(x, batch_size, steps)
     if not model.built:
         with strategy.scope():
