@@ -23,7 +23,8 @@ import tensorflow as tf
 
 from tf_hetero import tfcompat
 from tf_hetero.engine import RoundEngine
-from tf_hetero.strategies.runtime import callbacks, errors, fitplan, granules, watchdog, workers
+from tf_hetero.strategies.runtime import (arrays, callbacks, errors, fitplan, granules, watchdog,
+                                          workers)
 from tf_hetero.strategies.runtime.divergence import LossWatch
 from tf_hetero.strategies.runtime.intercept import patch_lock
 from tf_hetero.strategies.runtime.taskcode import NO_ROUND
@@ -60,6 +61,7 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         self.stopped = False  # shutdown() was called: the ticker ends, nothing is scheduled
         fitplan.install()  # each fit's first step says how many updates the fit makes
         granules.install()  # evaluation data stays in whole batches (sized strategies)
+        arrays.install()  # tf_keras's own pipelines from arrays: no autotuning (deletion)
         callbacks.install()  # a callback that cannot run under PSS fails before the fit
         errors.install()  # a PS failure the chief's own ops meet in fit: the clear error
         self.tracer = StepTracer(self)

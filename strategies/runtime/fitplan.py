@@ -28,6 +28,7 @@ the coordinator prints :func:`plan_line` at the first training step scheduled af
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import weakref
@@ -36,7 +37,7 @@ from typing import Any
 from tf_hetero import tfcompat
 from tf_hetero.policies.lr import linear_advice
 
-__all__ = ["FitState", "state_of", "fit_model", "fits_handler", "install", "plan_line",
+__all__ = ["FitState", "state_of", "counted", "fit_model", "fits_handler", "install", "plan_line",
            "note_plan", "take_plan"]
 
 
@@ -53,12 +54,27 @@ class FitState:
     #: > 0 while datasets this strategy distributes stay in whole batches
     #: (:func:`~tf_hetero.strategies.runtime.granules.whole_batches`).
     whole_batches: int = 0
+    #: > 0 while the datasets this strategy distributes are pipelines tf_keras built from
+    #: arrays or tensors: autotuning off (:mod:`~tf_hetero.strategies.runtime.arrays`).
+    keras_pipeline: int = 0
 
 
 def state_of(strategy) -> FitState | None:
     """The :class:`FitState` of a tf-hetero strategy, ``None`` for any other."""
     state = getattr(strategy, "fit_state", None)
     return state if isinstance(state, FitState) else None
+
+
+@contextlib.contextmanager
+def counted(strategy, field: str):
+    """Raises the strategy's :class:`FitState` counter ``field`` for the block (nested
+    blocks count)."""
+    state = state_of(strategy)
+    setattr(state, field, getattr(state, field) + 1)
+    try:
+        yield
+    finally:
+        setattr(state, field, getattr(state, field) - 1)
 
 
 def plan_line(who: str, *, steps: int, epochs: int, per_epoch: int, per_execution: int,

@@ -12,28 +12,20 @@ on the round's whole batch).
 
 from __future__ import annotations
 
-import contextlib
-
 import tensorflow as tf
 
 from tf_hetero import tfcompat
-from tf_hetero.strategies.runtime.fitplan import fits_handler, state_of
+from tf_hetero.strategies.runtime.fitplan import counted, fits_handler, state_of
 
 __all__ = ["granulate", "GranuleIterator", "install", "is_iterator", "whole_batches"]
 
 
-@contextlib.contextmanager
 def whole_batches(strategy):
     """Datasets ``strategy`` distributes inside this block are left in whole batches: not
     re-batched into granules, and they do not set the rounds' global batch (the strategy's
     ``distribute_datasets_from_function`` / ``experimental_distribute_dataset``). For
     evaluation data: a step that is not a training task reads one element per ``next``."""
-    state = state_of(strategy)
-    state.whole_batches += 1
-    try:
-        yield
-    finally:
-        state.whole_batches -= 1
+    return counted(strategy, "whole_batches")
 
 
 def install() -> None:
