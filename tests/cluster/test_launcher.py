@@ -192,6 +192,20 @@ def test_launch_worker_serves_until_sigterm_then_exits_cleanly(quiet_env):
     assert "worker 0 serving on" in out and "worker 0 stopping" in out
 
 
+def test_a_launched_server_imports_tensorflow_without_keras(quiet_env):
+    """What ``tf-hetero launch`` does before a worker or ps imports TensorFlow: Keras stays
+    out, and TensorFlow still imports and runs (a TensorFlow upgrade that needs Keras at
+    import fails here)."""
+    code = ("import sys; from tf_hetero.tools import cli; cli._without_keras(); "
+            "import tensorflow as tf; assert int(tf.constant(2) + 1) == 3; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'keras' "
+            "and sys.modules[m] is not None))")
+    out = subprocess.run([sys.executable, "-c", code], env=quiet_env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_example_trains_through_tf_config_launch(tmp_path, quiet_env):
     """The single-binary example trains with model.fit on a real multi-process cluster."""
     proc = cli("run", "--workers", "2", "--ps", "1", "--profile", "slow=1:2;base_ms=50",
