@@ -1,7 +1,7 @@
 # Two commands (see README): `make demo` and `make test`. Each creates .venv and installs the
 # package with its pinned TensorFlow / tf_keras on first use. `make test-fast`: the tests that
 # start no cluster and take no seconds each (engine, policies, telemetry, config, codecs,
-# layers, doctests), on both cores; 30-45 s here (32.4 s and 42.9 s measured).
+# layers, doctests), on both cores; 22-45 s here (22.1-24.6 s and 32.4-42.9 s measured on two machines).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
