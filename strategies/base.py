@@ -219,7 +219,9 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
     # ----------------------------------------------------- sized tasks' data
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         if self.fit_state.keras_pipeline:  # tf_keras's own, from arrays: not autotuned
-            dataset_fn = _untuned(dataset_fn)
+            from tf_hetero.data import without_autotune_after
+
+            dataset_fn = without_autotune_after(dataset_fn)
         if self.fit_state.whole_batches:
             return super().distribute_datasets_from_function(dataset_fn, options)
         if self._hetero_config.granule is None:  # a lane's unit is the dataset's batch
@@ -306,16 +308,6 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         return (f"{type(self).__name__}(name={c.name!r}, sync={c.sync!r}, assign={c.assign!r}, "
                 f"gate={c.gate!r}, components={list(c.components)!r}, "
                 f"workers={self.monitor.num_workers})")
-
-
-def _untuned(dataset_fn):
-    """``dataset_fn`` whose datasets have tf.data autotuning off."""
-    from tf_hetero.data import without_autotune
-
-    def untuned(input_context):
-        return without_autotune(dataset_fn(input_context))
-
-    return untuned
 
 
 def num_workers(cluster_resolver, who: str) -> int:

@@ -31,8 +31,8 @@ from typing import Callable
 import numpy as np
 
 
-__all__ = ["Split", "load", "dataset_fn", "without_autotune", "device_datasets_without_autotune",
-           "OFFLINE_DATASETS"]
+__all__ = ["Split", "load", "dataset_fn", "without_autotune", "without_autotune_after",
+           "device_datasets_without_autotune", "OFFLINE_DATASETS"]
 
 OFFLINE_DATASETS = ("digits", "mnist1d")
 _DIGITS_PATH = os.path.join(os.path.dirname(__file__), "resources", "digits.npz")
@@ -219,11 +219,13 @@ def device_datasets_without_autotune() -> None:
     """
     from tf_hetero import tfcompat
 
-    tfcompat.ops.wrap_device_datasets(_without_autotune_after)
+    tfcompat.ops.wrap_device_datasets(without_autotune_after)
 
 
-def _without_autotune_after(create):
-    def create_device_dataset(*args, **kwargs):
-        return without_autotune(create(*args, **kwargs))
+def without_autotune_after(make):
+    """``make`` (a function that returns a dataset: a ``dataset_fn``, TensorFlow's per-device
+    dataset factory) whose datasets come with autotuning off (:func:`without_autotune`)."""
+    def made_without_autotune(*args, **kwargs):
+        return without_autotune(make(*args, **kwargs))
 
-    return create_device_dataset
+    return made_without_autotune

@@ -7,9 +7,8 @@ parameter-server strategy build the workers' ``tf.data`` pipeline themselves
 prefetch). An autotuned pipeline's iterator waits, when it is deleted, for its autotuning
 thread's sleep to end (up to 60 s; :func:`tf_hetero.data.without_autotune`), and a per-worker
 iterator is deleted inline in its worker's executor when ``fit`` drops it: every later step
-on that worker waits behind it. Measured in the suite before this wrap, on the compatibility
-matrix's ``tensors`` case (numpy ``fit`` then a Dataset ``fit`` on the same cluster): H-PS's
-cell took 71.8 s beside the other process's load, 6.3 s alone; stock PSS's 42.1 s and 2.1 s.
+on that worker waits behind it (measured: docs/TF_INTERNALS.md, "Dropped iterators and
+tf.data autotuning").
 
 So while tf_keras builds such a pipeline for a tf-hetero strategy, the datasets it
 distributes come without autotuning (:func:`install`; the strategy's

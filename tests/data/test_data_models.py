@@ -168,15 +168,15 @@ def test_dataset_fn_turns_tf_data_autotuning_off():
 def test_device_datasets_without_autotune_wraps_tensorflow_once():
     from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
 
-    from tf_hetero.data import _without_autotune_after, device_datasets_without_autotune
+    from tf_hetero.data import without_autotune_after, device_datasets_without_autotune
     from tf_hetero.patching import wrapped_with
 
     device_datasets_without_autotune()
     wrapped = mdi._create_device_dataset
     device_datasets_without_autotune()
     assert mdi._create_device_dataset is wrapped
-    assert wrapped_with(wrapped, _without_autotune_after)
-    assert not wrapped_with(wrapped.__wrapped__, _without_autotune_after)
+    assert wrapped_with(wrapped, without_autotune_after)
+    assert not wrapped_with(wrapped.__wrapped__, without_autotune_after)
 
 
 def test_dataset_fn_is_infinite_and_every_batch_is_full():

@@ -340,11 +340,11 @@ def test_making_a_strategy_turns_autotuning_off_for_the_per_device_datasets(clus
     original = getattr(installed, "__wrapped__", installed)
     monkeypatch.setattr(mdi, "_create_device_dataset", original)
     _strategy("bsp", cluster)
-    from tf_hetero.data import _without_autotune_after
+    from tf_hetero.data import without_autotune_after
     from tf_hetero.patching import wrapped_with
 
     assert mdi._create_device_dataset.__wrapped__ is original
-    assert wrapped_with(mdi._create_device_dataset, _without_autotune_after)
+    assert wrapped_with(mdi._create_device_dataset, without_autotune_after)
 
 
 @pytest.mark.parametrize("name,per_execution", [("bsp", 1), ("bsp", 2), ("hps", 1)])

@@ -79,16 +79,13 @@ def cmd_launch(args) -> int:
 
 
 def _without_keras() -> None:
-    """Keeps Keras out of this server process: ``import tensorflow`` imports Keras 3's
-    optimizers eagerly ("so that any function/method that needs to happen at load time will
-    trigger": SavedModel registrations, for Python code that saves models), which a
-    worker or PS server, which runs only the functions the chief sends it, never uses. On this
-    2-core machine that import is ~1.2 s of the ~4.5 s of CPU a server's ``import tensorflow``
-    takes (measured: ``python -c "import tensorflow"`` 4.5-4.7 s user, 3.2-3.6 s with
-    ``keras`` blocked; a 3-worker, 2-PS ``LocalCluster`` started in 11.8-13.2 s with 23-26 s
-    of its servers' CPU, 9.1-10.1 s and 18-20 s without). TensorFlow's import catches the
-    ``ImportError`` (docs/TF_INTERNALS.md, "What import tensorflow imports"). Only in ``tf-hetero launch``'s own process, never in a
-    program that serves through :func:`tf_hetero.run` (which may use Keras)."""
+    """Keeps Keras out of this server process. ``import tensorflow`` imports Keras 3's
+    optimizers eagerly (registrations for Python code that saves models), about a quarter of
+    the import's CPU; a worker or PS server runs only the functions the chief sends it and
+    never uses them, and TensorFlow's import catches the ``ImportError``
+    (docs/TF_INTERNALS.md, "What import tensorflow imports", with the measured start-up).
+    Only in ``tf-hetero launch``'s own process, never in a program that serves through
+    :func:`tf_hetero.run` (which may use Keras)."""
     sys.modules.setdefault("keras", None)
 
 
