@@ -15,8 +15,10 @@ book land in round order and the two accumulator slots stay consistent.
 
 from __future__ import annotations
 
+import collections
 import queue as queue_lib
 import threading
+import time
 import weakref
 
 from tf_hetero.policies.noise import GradientSample
@@ -31,28 +33,38 @@ POLL_S = 1.0
 
 class ChiefApplier:
     """Runs ``(round_id, fn, args)`` applies in order on a daemon thread of the chief and
-    reports each to the engine (``apply_finished``) or fails the engine with its error."""
+    reports each to the engine (``apply_finished``) or fails the engine with its error.
+
+    ``timings``: ``(round_id, submitted, called, returned)`` of the latest applies
+    (``perf_counter`` seconds: handed to this thread, the apply function called, its result
+    fetched): the parts of close -> applied in a round profile
+    (:mod:`tf_hetero.telemetry.roundprofile`)."""
+
+    #: Applies whose timings are kept (a long fit's rounds beyond it drop the oldest).
+    KEEP = 100_000
 
     def __init__(self, coordinator):
         self._coordinator = weakref.ref(coordinator)
         self._queue: queue_lib.Queue = queue_lib.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.timings: collections.deque = collections.deque(maxlen=self.KEEP)
 
     def submit(self, round_id: int, fn, args: tuple) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=_loop, args=(self._coordinator, self._queue),
+                self._thread = threading.Thread(target=_loop,
+                                                args=(self._coordinator, self._queue, self.timings),
                                                 daemon=True, name="tf-hetero-apply")
                 self._thread.start()
-        self._queue.put((round_id, fn, args))
+        self._queue.put((round_id, fn, args, time.perf_counter()))
 
     def stop(self) -> None:
         """Lets the thread end once the applies already submitted are done."""
         self._queue.put(None)
 
 
-def _loop(ref, work) -> None:
+def _loop(ref, work, timings) -> None:
     while True:
         try:
             item = work.get(timeout=POLL_S)
@@ -67,11 +79,13 @@ def _loop(ref, work) -> None:
         coordinator = ref()
         if coordinator is None:
             return
-        round_id, fn, args = item
+        round_id, fn, args, submitted = item
         engine = coordinator.engine
         try:
             with coordinator.strategy.scope():
+                called = time.perf_counter()
                 applied, norm, *stats = (float(v) for v in fn(*args).numpy())
+                timings.append((round_id, submitted, called, time.perf_counter()))
         except Exception as e:  # pylint: disable=broad-except
             engine.fail(translate(e))  # e.g. a PS went away: the user gets the clear error
         else:

@@ -93,6 +93,8 @@ def _instrument(coordinator, worker, attempt, versions):
         elif tag is not None and tag.kind == ClosureKind.ASYNC:
             with versions.lock:
                 version = versions.version
+        if task is not None:
+            task.t_call = time.perf_counter()  # a round profile's start | launch boundary
         process(closure)
         end = time.perf_counter()
         if attempt.failed:

@@ -28,7 +28,9 @@ def trained(own_inprocess_cluster):
         model = tf_hetero.models.mlp(input_shape=train.input_shape)
         model.compile(keras.optimizers.Adam(2e-3),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    device = tf_hetero.emulate(model, cluster.profile, strategy=strategy)
+    # Every step's stamps kept (a ring as long as the fit): test_a_step_profile_...
+    device = tf_hetero.emulate(model, cluster.profile, strategy=strategy,
+                               stamps=EPOCHS * STEPS)
     log = tf_hetero.TaskLog.for_strategy(strategy)
     out = io.StringIO()
     history = model.fit(
@@ -64,6 +66,34 @@ def test_each_worker_is_given_and_takes_the_profiles_time(trained):
     given = trained["device"].budget_ms_per_task()
     assert given == pytest.approx([base_ms] * 3 + [3 * base_ms], rel=1e-6), given
     _each_task_lasted_at_least(trained["log"], given)
+
+
+def test_a_step_profile_matches_every_step_to_its_worker_and_adds_up(trained):
+    """The stamps each emulated step wrote on its worker (first op, work done, end of its
+    device time, its budget) match the chief's task log one for one, carry the profile's
+    budget for their worker, span at least that budget (the closing sleep pads it), and the
+    step profile's phases add up to the measured step (tf_hetero/telemetry/roundprofile.py).
+    Without the stamps every worker's list is empty and nothing matches."""
+    import time
+
+    from tf_hetero.emulation.profile import Profile
+    from tf_hetero.telemetry import roundprofile
+
+    base_s = Profile.parse(PROFILE).base_ms / 1e3
+    stamps = trained["device"].stamps_per_worker()
+    counts = trained["log"].counts(WORKERS)
+    assert [len(rows) for rows in stamps] == counts, counts
+    for w, rows in enumerate(stamps):
+        first, done, end, budget = rows.T
+        assert budget == pytest.approx([base_s * (3 if w == 3 else 1)] * len(rows))
+        assert (first <= done).all() and (done <= end).all()
+        assert (end - first >= budget * 0.999).all()
+    offset = time.time() - time.perf_counter()
+    profile = roundprofile.step_profile(trained["log"].records, stamps, offset, skip=1)
+    assert profile["unmatched"] == 0 and profile["count"] == EPOCHS * STEPS - 2 * WORKERS
+    assert profile["sum_ms"] == pytest.approx(profile["measured_ms"], rel=1e-9)
+    assert all(v >= 0 for v in profile["phases"].values()), profile["phases"]
+    assert profile["phases"]["device"] >= 1e3 * base_s * 0.999
 
 
 def _each_task_lasted_at_least(log, given_ms):

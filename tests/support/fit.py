@@ -55,8 +55,10 @@ def optimizers():
     }
 
 
-def fit_with_profile(cluster, strategy, profile, steps, epochs=1, callbacks=(), batch=16):
-    """An MLP fit on the digits under ``strategy`` with the emulated ``profile``."""
+def fit_with_profile(cluster, strategy, profile, steps, epochs=1, callbacks=(), batch=16,
+                     stamps=0):
+    """An MLP fit on the digits under ``strategy`` with the emulated ``profile`` (``stamps``:
+    each worker's step stamps kept, ``tf_hetero.emulate``)."""
     import tf_keras as keras
 
     import tf_hetero
@@ -65,7 +67,7 @@ def fit_with_profile(cluster, strategy, profile, steps, epochs=1, callbacks=(), 
     with strategy.scope():
         mlp = tf_hetero.models.mlp(input_shape=train.input_shape, hidden=(32,))
         mlp.compile(keras.optimizers.SGD(0.05), loss(), metrics=["accuracy"])
-    tf_hetero.emulate(mlp, profile, strategy=strategy)
+    tf_hetero.emulate(mlp, profile, strategy=strategy, stamps=stamps)
     history = mlp.fit(
         keras.utils.experimental.DatasetCreator(
             tf_hetero.data.dataset_fn(batch_size=batch, num_workers=N, data=train)),

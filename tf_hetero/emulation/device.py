@@ -48,7 +48,12 @@ from tf_hetero.emulation.profile import Profile, ProfileError
 from tf_hetero.emulation.ps import EmulatedServers, bytes_per_ps, num_ps
 from tf_hetero.emulation.sleep import sleep_op
 
-__all__ = ["emulate", "EmulatedDevice", "finish_compute", "keep_gradient_local"]
+__all__ = ["emulate", "EmulatedDevice", "finish_compute", "keep_gradient_local", "STAMP_COLUMNS"]
+
+#: A step's row in :meth:`EmulatedDevice.stamps_per_worker`: its first op, its real work done
+#: (before its closing sleep), the end of its emulated device time (``time.time()`` seconds,
+#: the workers' clock), and the device time its profile gave it (seconds).
+STAMP_COLUMNS = ("first_op", "work_done", "device_end", "budget_s")
 
 _trace = threading.local()  # the emulated step being traced: (start, budget_us, sleeps, flags)
 
@@ -77,7 +82,7 @@ class EmulatedDevice:
     """
 
     def __init__(self, profile: Profile, num_workers: int, batch_size: int | None = None,
-                 strategy=None, servers=None):
+                 strategy=None, servers=None, stamps: int = 0):
         self.profile = profile
         #: :class:`tf_hetero.emulation.ps.EmulatedServers` (profile ``ps_mbps``), or None.
         self.servers = servers
@@ -114,14 +119,42 @@ class EmulatedDevice:
         self.update_us = tf.Variable(
             tf.constant(0, tf.int64), trainable=False, name="tf_hetero_update_us",
             per_worker_variable=True, aggregation=tf.VariableAggregation.NONE)
+        # With stamps > 0, each step's timestamps in a per-worker ring of that many rows
+        # (STAMP_COLUMNS), read once after a fit (stamps_per_worker): where a task's time
+        # goes on the worker, for tf_hetero.telemetry.roundprofile. Off by default: it is one
+        # more op per step, and a row's profile is only worth it when asked for.
+        self.stamps = None
+        if stamps:
+            self.stamps = tf.Variable(
+                tf.zeros([int(stamps), len(STAMP_COLUMNS)], tf.float64), trainable=False,
+                name="tf_hetero_step_stamps", per_worker_variable=True,
+                aggregation=tf.VariableAggregation.NONE)
 
     def device_microseconds(self) -> tf.Tensor:
         """Emulated time of the current task on the current worker; advances its counter."""
+        return self._next_task()[1]
+
+    def _next_task(self) -> tuple:
+        """``(t, microseconds)``: the current worker's task index and emulated time; advances
+        its counter."""
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
         t = self.task_counter.assign_add(1) - 1
         base = tf.where(t >= self._change_at[w], self._change_factor[w], self._const[w])
         factor = base * self._straggle[w, t % self.profile.horizon]
-        return tf.cast(factor * self.profile.base_ms * 1000.0, tf.int64)
+        return t, tf.cast(factor * self.profile.base_ms * 1000.0, tf.int64)
+
+    def stamps_per_worker(self) -> list:
+        """Each worker's step timestamps (``time.time()`` seconds; rows of
+        :data:`STAMP_COLUMNS`, oldest first, the ring's last ``stamps`` steps), read from the
+        workers; ``[]`` without stamps."""
+        if self.stamps is None:
+            return []
+        out = []
+        for ring in self.stamps.read_all():
+            rows = np.asarray(ring.numpy() if hasattr(ring, "numpy") else ring)
+            rows = rows[rows[:, 0] > 0]  # rows no step has written yet
+            out.append(rows[np.argsort(rows[:, 0], kind="stable")])
+        return out
 
     def _scaled(self, budget_us, data):
         reference = self.batch_size or getattr(self.strategy, "dataset_batch", None)
@@ -165,7 +198,7 @@ class EmulatedDevice:
         servers = self.servers if model is not None else None
 
         def emulated_step(data):
-            start = tf.timestamp()
+            start = first = tf.timestamp()
             if servers is not None:
                 servers.read_bytes = bytes_per_ps(model.variables, servers.num_ps)
                 served = servers.serve_all(servers.read_bytes, after=[start])
@@ -174,7 +207,8 @@ class EmulatedDevice:
                         start = tf.timestamp()
             with tf.control_dependencies([start]):
                 data = tf.nest.map_structure(tf.identity, data)
-            budget_us = self._scaled(self.device_microseconds(), data)
+            t, budget_us = self._next_task()
+            budget_us = self._scaled(budget_us, data)
             if self.emulated_link and model is not None:
                 budget_us += self.link_microseconds(_bytes(model.variables))
             sleeps = []  # made by finish_compute() while step_fn is traced
@@ -191,15 +225,21 @@ class EmulatedDevice:
             # worker's inter-op threads (measured: a fifth of the tasks ran ~60% long).
             spent = [s for s in sleeps if getattr(s, "graph", None) is graph]
             with tf.control_dependencies(tf.nest.flatten(logs) + spent):
-                elapsed_us = tf.cast((tf.timestamp() - start) * 1e6, tf.int64)
+                done = tf.timestamp()
+                elapsed_us = tf.cast((done - start) * 1e6, tf.int64)
                 slept = sleep_op(tf.maximum(budget_us - elapsed_us, 0))
             with tf.control_dependencies([slept]):
                 counted = self.budget_counter.assign_add(budget_us)
+                if self.stamps is not None:
+                    row = tf.stack([first, done, tf.timestamp(),
+                                    tf.cast(budget_us, tf.float64) / 1e6])
+                    counted = [counted, self.stamps.scatter_nd_update(
+                        [[t % self.stamps.shape[0]]], [row])]
             pushed = []
             if servers is not None and not flags["local"] and not flags["pushed"]:
                 servers.push_bytes = bytes_per_ps(model.trainable_variables, servers.num_ps)
                 pushed = servers.serve_all(servers.push_bytes, after=[slept])
-            with tf.control_dependencies([slept, counted] + pushed):
+            with tf.control_dependencies([slept] + tf.nest.flatten(counted) + pushed):
                 return tf.nest.map_structure(tf.identity, logs)
 
         return emulated_step
@@ -327,7 +367,7 @@ def _tracing(start, budget_us, sleeps, flags):
 
 
 def emulate(model, profile=None, *, strategy=None, num_workers: int | None = None,
-            batch_size: int | None = None):
+            batch_size: int | None = None, stamps: int = 0):
     """Makes ``model``'s training steps take the profile's emulated device time.
 
     Args:
@@ -341,6 +381,9 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
         takes ``base_ms x r / batch_size`` (sized tasks of per-worker batch-size strategies
         process more or fewer rows). Default: the strategy's dataset batch when it re-batches
         the data (sized strategies), else ``base_ms`` per step.
+      stamps: keep the timestamps of each worker's last ``stamps`` steps
+        (:meth:`EmulatedDevice.stamps_per_worker`; 0: none), for a round profile
+        (:mod:`tf_hetero.telemetry.roundprofile`).
 
     Returns:
       The :class:`EmulatedDevice` (its ``tasks_per_worker()`` counts tasks per worker).
@@ -371,7 +414,7 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
         if monitor is not None and hasattr(monitor, "attach_ps"):
             monitor.attach_ps(servers)
     with strategy.scope():
-        device = EmulatedDevice(profile, num_workers, batch_size, strategy, servers)
+        device = EmulatedDevice(profile, num_workers, batch_size, strategy, servers, stamps)
     model.train_step = device.wrap(model.train_step, model)
     hooks.install_step_hooks(_STEP_HOOKS)  # a round strategy's traced steps reach them
     if profile.link_mbps or servers is not None:  # pushes outside the step (H-PS's buffers)

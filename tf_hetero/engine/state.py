@@ -87,6 +87,7 @@ class Task:
     state: TaskState = TaskState.PENDING
     t_submit: float = 0.0
     t_start: float = 0.0
+    t_call: float = 0.0  # its closure handed to TensorFlow (after t_start's bookkeeping)
     t_end: float = 0.0
     version_at_start: int = 0  # applied updates when it started (staleness)
     lane: int | None = None  # accumulator lane it writes (None: its worker's)

@@ -4,7 +4,9 @@
 - :mod:`~tf_hetero.telemetry.monitor`: :class:`Monitor`, fed by the engine;
 - :mod:`~tf_hetero.telemetry.tasklog`: :class:`TaskLog`, closure timing for any PS strategy
   (stock TF too);
-- :mod:`~tf_hetero.telemetry.perf`: capacity, ideal throughput, efficiency.
+- :mod:`~tf_hetero.telemetry.perf`: capacity, ideal throughput, efficiency;
+- :mod:`~tf_hetero.telemetry.roundprofile`: a round's (a stock step's) critical path, phase
+  by phase (``tf-hetero bench --round-profile``).
 """
 
 from tf_hetero.telemetry.monitor import Monitor

@@ -35,6 +35,9 @@ class BenchConfig:
     dataset: str = "digits"
     batch_size: int = 32
     tasks: int = 400  # sample budget, in micro-batches of batch_size
+    #: Time each round's (each stock step's) phases on its critical path
+    #: (:mod:`tf_hetero.telemetry.roundprofile`): every step writes its stamps, one op more.
+    round_profile: bool = False
     steps_per_epoch: int = 100
     #: Micro-batches per scheduled closure (Keras steps_per_execution): amortizes the ~10-20 ms
     #: a closure costs to launch; the closure is then the engine's task.

@@ -98,11 +98,11 @@ class _AccuracySampler:
 
 
 class _Meters:
-    """A row's meters (bytes on the sockets, CPU time, the emulated PS tasks' counters; each
-    may be ``None``), read before and after its fit."""
+    """A row's meters (bytes on the sockets, CPU time, the emulated PS tasks' counters, the
+    emulated device's step stamps; each may be ``None``), read before and after its fit."""
 
-    def __init__(self, traffic, cpu, servers):
-        self.traffic, self.cpu, self.servers = traffic, cpu, servers
+    def __init__(self, traffic, cpu, servers, stamps=None):
+        self.traffic, self.cpu, self.servers, self.stamps = traffic, cpu, servers, stamps
         self._before = (None, None, None)
 
     def start(self) -> None:
@@ -111,12 +111,16 @@ class _Meters:
                         self.servers.totals() if self.servers is not None else None)
 
     def stop(self) -> tuple:
-        """``(traffic, cpu, served)`` over the fit (``None`` where there is no meter)."""
+        """``(traffic, cpu, served, stamps)`` over the fit (``None`` where there is no
+        meter); ``stamps``: the workers' step stamps and the chief's ``time.time() -
+        time.perf_counter()`` (:mod:`tf_hetero.telemetry.roundprofile`)."""
         traffic, cpu, served = self._before
         return (self.traffic.since(traffic) if self.traffic is not None else None,
                 self.cpu.since(cpu) if self.cpu is not None else None,
                 psload.served_figures(served, self.servers.totals())
-                if self.servers is not None else None)
+                if self.servers is not None else None,
+                (self.stamps.stamps_per_worker(), time.time() - time.perf_counter())
+                if self.stamps is not None else None)
 
 
 @dataclasses.dataclass
@@ -146,6 +150,7 @@ class _Fit:
     cpu: dict | None
     served: dict | None
     final_accuracy: float
+    stamps: tuple | None = None
 
 
 def keras_learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
@@ -233,7 +238,10 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     row = _make_row(spec, cluster, cfg, profile, lr_factor, seed, train, momentum)
     # base_ms is one dataset batch's time for every row; a sized task's step (H-PS) takes
     # it in proportion to the samples it reads.
-    device = emulate(row.model, profile, strategy=row.strategy, batch_size=cfg.batch_size)
+    # With --round-profile, every step's stamps in a ring that holds the whole fit's steps.
+    stamps = cfg.tasks * cfg.steps_per_execution + 64 if cfg.round_profile else 0
+    device = emulate(row.model, profile, strategy=row.strategy, batch_size=cfg.batch_size,
+                     stamps=stamps)
     task_log = TaskLog.for_strategy(row.strategy) if row.stock else None
     sampler = _AccuracySampler(row.model, test.x, test.y, cfg.eval_interval_s)
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=cfg.workers,
@@ -242,7 +250,7 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     print(f"[tf-hetero bench] {spec}: {cfg.tasks} tasks of {cfg.batch_size} samples, "
           f"lr {row.peak_lr:g}{f' (warm-up {ramp} updates)' if ramp > 1 else ''}", flush=True)
     fit = _timed_fit(row, cfg, train_fn, sampler, task_log,
-                     _Meters(meter, cpu_meter, device.servers))
+                     _Meters(meter, cpu_meter, device.servers, device if stamps else None))
     records = task_log.records if task_log is not None else list(row.strategy.monitor.tasks)
     if sampler.failures:
         print(f"[tf-hetero bench] {spec}: {len(sampler.failures)} accuracy evaluation(s) "
@@ -278,12 +286,12 @@ def _timed_fit(row: _Row, cfg: BenchConfig, train_fn, sampler: _AccuracySampler,
         raise
     wall_s = time.perf_counter() - t0
     # fit() returns after the last apply: the row's traffic, read before anything else runs.
-    traffic, cpu, served = meters.stop()
+    traffic, cpu, served, stamps = meters.stop()
     sampler.stop()
     final = sampler.accuracy()
     sampler.samples.append((time.perf_counter() - t0, final))
     _end_row(row.strategy, row.model, (task_log, progress.task_log))
-    return _Fit(t0, wall_s, stopped, traffic, cpu, served, final)
+    return _Fit(t0, wall_s, stopped, traffic, cpu, served, final, stamps)
 
 
 def _end_row(strategy, model, task_logs) -> None:
@@ -359,7 +367,36 @@ def _row_figures(row: _Row, cfg: BenchConfig, profile: Profile, records, fit: _F
         # On the accuracy curve's clock: seconds since fit() was called.
         "timeline": [(r.worker, r.start - fit.t0, r.end - fit.t0, r.applied) for r in records],
         "num_classes": num_classes,
+        # --round-profile: where a round's (a stock step's) time goes, phase by phase.
+        "round_profile": (_round_profile(row, records, fit)
+                          if fit.stamps is not None else None),
     }
+
+
+#: Rounds (steps per worker) a round profile leaves out at the start of a fit: the first
+#: traces the functions; ``first_ms`` reports it.
+PROFILE_SKIP = 3
+
+
+def _round_profile(row: _Row, records, fit: _Fit) -> dict:
+    """The row's :mod:`~tf_hetero.telemetry.roundprofile` (rounds for a strategy with
+    rounds, steps otherwise), with the CPU milliseconds each process role spent per round
+    (per step) over the fit, setup included."""
+    from tf_hetero.telemetry import roundprofile
+
+    stamps, offset = fit.stamps
+    engine = None if row.stock else row.strategy.engine
+    if engine is not None and engine.rounds:
+        applies = list(row.strategy.coordinator.applier.timings)
+        profile = roundprofile.round_profile(engine.rounds, stamps, offset, applies,
+                                             skip=PROFILE_SKIP)
+        per = sum(1 for r in engine.rounds if str(r.kind) == "train" and r.applied > 0)
+    else:
+        profile = roundprofile.step_profile(records, stamps, offset, skip=PROFILE_SKIP)
+        per = len(records)
+    if fit.cpu is not None and per:
+        profile["cpu_ms"] = {role: 1e3 * s / per for role, s in fit.cpu["cpu_s"].items()}
+    return profile
 
 
 def _ideal(records, cfg: BenchConfig, profile: Profile, granule: int | None) -> float:

@@ -235,6 +235,7 @@ def cmd_bench(args) -> int:
                               lr_factors=LR_GRID if args.lr_grid else (1.0,),
                               momenta=MOMENTUM_GRID if args.lr_grid else (),
                               warmup_updates=args.warmup_updates,
+                              round_profile=args.round_profile,
                               **_data_per_worker(args))
     except ValueError as e:
         raise _UsageError(str(e)) from None
@@ -244,6 +245,7 @@ def cmd_bench(args) -> int:
                                   lr_factors=LR_GRID if args.lr_grid else (1.0,),
                                   momenta=MOMENTUM_GRID if args.lr_grid else (),
                                   warmup_updates=args.warmup_updates,
+                                  round_profile=args.round_profile,
                                   **_data_per_worker(args))
     else:
         failed = {}
@@ -396,6 +398,11 @@ def _bench_parser(sub, common, strategy_help: str) -> None:
                             "file sets the cluster, profile, data and budget; --strategies, "
                             "--repeats and --out-dir still apply")
     bench.add_argument("--scenario-dir", default=os.path.join("benchmarks", "scenarios"))
+    bench.add_argument("--round-profile", action="store_true",
+                       help="time each round's (each stock step's) phases along its critical "
+                            "path, from stamps every step writes on its worker; a table of "
+                            "them, adding up to the round, beside CPU ms per round by process "
+                            "(docs/MEASUREMENT.md)")
     bench.add_argument("--repeats", type=int, default=1,
                        help="runs per strategy, each repeat in a shuffled order; the table "
                             "gives median [min-max]")

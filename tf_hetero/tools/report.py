@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from tf_hetero.telemetry import perf as metrics
+from tf_hetero.telemetry import roundprofile
 
 __all__ = ["summarize", "format_table", "paired_table", "compare_table", "worker_table",
            "plot_runs", "plot_workers", "write", "SPREAD_KEYS"]
@@ -130,6 +131,7 @@ def format_table(results: list[dict], cfg, ideal: float) -> str:
                       f"{budget}): {', '.join(off_budget)}; their final accuracy is at that "
                       "many samples."]
     return "\n".join(lines + _breakdown_lines(results) + _cpu_lines(results)
+                     + roundprofile.format_profiles(results)
                      + noise_lines(results) + decision_lines(results))
 
 
