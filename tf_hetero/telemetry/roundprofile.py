@@ -88,6 +88,18 @@ def match_stamps(stamps: Sequence, offset: float) -> list:
     return [_Stamps(rows, offset) for rows in stamps]
 
 
+def _steps_of(task, per_worker: list) -> tuple | None:
+    """:meth:`_Stamps.within` of an engine task's closure on its worker (``None``: none)."""
+    if task.worker is None or task.worker >= len(per_worker):
+        return None
+    return per_worker[task.worker].within(task.t_start, task.t_end)
+
+
+def _called(task) -> float:
+    """When the task's closure was handed to TF (its pick-up if the engine did not say)."""
+    return getattr(task, "t_call", 0.0) or task.t_start
+
+
 def _mean_ms(values: dict) -> dict:
     return {k: 1e3 * statistics.fmean(v) if v else float("nan") for k, v in values.items()}
 
@@ -113,10 +125,11 @@ def round_profile(rounds, stamps: Sequence, offset: float, applies=(), skip: int
     called, returned)``. A round whose closing task has no stamps (the ring overwritten) or
     whose apply has no timing is left out and counted in ``unmatched``.
 
-    Returns ``unit`` (``"round"``), ``phases`` (mean ms each), ``sum_ms``, ``measured_ms`` (the mean open -> next
-    open of the same rounds), ``count``, ``unmatched``, ``first_ms``, ``over_budget_ms`` (the
-    closing task's device phase beyond its emulated budget), ``task_wait_ms`` (a mean
-    task's wait from its end to the close: the barrier the other tasks pay) and
+    Returns ``unit`` (``"round"``), ``phases`` (mean ms each), ``sum_ms``, ``measured_ms``
+    (the mean open -> next open of the same rounds), ``count``, ``unmatched``, ``first_ms``,
+    ``over_budget_ms`` (the closing task's device phase beyond its emulated budget),
+    ``task_wait_ms`` (a mean task's wait from its end to the close: the barrier the other
+    tasks pay) and
     ``launch_all_ms`` (the launch phase of a mean task of the round, not only the closing one).
     """
     per_worker = stamps if stamps and isinstance(stamps[0], _Stamps) else \
@@ -144,30 +157,26 @@ def round_profile(rounds, stamps: Sequence, offset: float, applies=(), skip: int
             if not done or r.id not in timing:
                 unmatched += 1
                 continue
-            last = max(done, key=lambda t: t.t_end)
-            steps = (per_worker[last.worker].within(last.t_start, last.t_end)
-                     if last.worker is not None and last.worker < len(per_worker) else None)
+            spans = [(t, _steps_of(t, per_worker)) for t in done]
+            last, steps = max(spans, key=lambda pair: pair[0].t_end)
             if steps is None:
                 unmatched += 1
                 continue
             first_op, device_end, budget = steps
-            submitted, called, returned = timing[r.id]
+            _, called, returned = timing[r.id]  # submitted: inside apply_handoff
             cap = min(r.t_applied, nxt.t_open)  # an overlapped apply: only what was waited for
 
             def clip(x, cap=cap, close=r.t_close):
                 return min(max(x, close), cap)
 
-            call = getattr(last, "t_call", 0.0) or last.t_start
-            points = [r.t_open, last.t_start, call, first_op, device_end, last.t_end, r.t_close,
-                      clip(called), clip(returned), clip(r.t_applied), nxt.t_open]
+            points = [r.t_open, last.t_start, _called(last), first_op, device_end, last.t_end,
+                      r.t_close, clip(called), clip(returned), clip(r.t_applied), nxt.t_open]
             for name, a, b in zip(ROUND_PHASES, points, points[1:]):
                 phases[name].append(b - a)
             extra["over_budget_ms"].append(max(device_end - first_op - budget, 0.0))
             extra["task_wait_ms"].append(statistics.fmean(r.t_close - t.t_end for t in done))
-            launches = [s[0] - (getattr(t, "t_call", 0.0) or t.t_start) for t, s in
-                        ((t, per_worker[t.worker].within(t.t_start, t.t_end)) for t in done
-                         if t.worker is not None and t.worker < len(per_worker)) if s]
-            extra["launch_all_ms"].append(statistics.fmean(launches))
+            extra["launch_all_ms"].append(statistics.fmean(
+                span[0] - _called(t) for t, span in spans if span is not None))
             measured.append(nxt.t_open - r.t_open)
     return _result("round", phases, measured, extra, first, unmatched)
 
