@@ -101,7 +101,10 @@ def _instrument(coordinator, worker, attempt, versions):
             return  # the closure went back to the queue; another worker runs it
         error = attempt.error or queue.error
         if error is not None and engine is not None:
-            engine.fail(translate(error), since=fit)  # stale if the user got it
+            if task is not None:
+                engine.task_failed(task, w, translate(error), since=fit)
+            else:
+                engine.fail(translate(error), since=fit)  # stale if the user got it
             if tag is not None and tag.output is not None:
                 coordinator.losses.forget(closure)  # no loss to check: it failed
             return

@@ -122,6 +122,39 @@ def test_a_failure_seen_before_the_error_was_cleared_does_not_fail_the_next_fit(
         e.submit(1)
 
 
+def test_a_closure_of_a_failed_fit_that_starts_late_does_not_keep_its_worker_busy():
+    """A closure of fit 1 still queued for its worker starts after fit 1's ``fail`` emptied
+    the running tasks, and ends with fit 1's error after the user got it (TF cancels it when
+    the error is cleared). Its worker must be free for fit 2: a grouped fit's rounds waited
+    600 s for it (CI, failures-grouped)."""
+    e, d, _, _ = bsp(2)
+    t0, t1 = [e.submit(i) for i in range(2)]
+    e.task_started(t0, 0)
+    e.fail(RuntimeError("fit 1"), since=e.generation)  # t0 fails; t1 is still queued
+    started = e.generation
+    e.task_started(t1, 1)  # t1's closure starts anyway: queued for worker 1
+    e.clear_error()  # the error reached the user
+    e.task_failed(t1, 1, RuntimeError("cancelled"), since=started)  # an echo: ignored
+    assert not e.busy(1)
+    assert e.wait_idle(timeout=0.01)
+    fresh = [e.submit(i) for i in range(2, 4)]  # fit 2 uses both workers
+    assert {t.pinned for t in fresh} == {0, 1}
+    for t in fresh:
+        run(e, t)
+    e.apply_finished(fresh[0].round, 2)
+    assert e.wait_idle(timeout=0.01)
+
+
+def test_a_failed_task_of_the_running_fit_stops_the_engine():
+    e, _, _, _ = bsp(2)
+    t0, _ = [e.submit(i) for i in range(2)]
+    e.task_started(t0, 0)
+    e.task_failed(t0, 0, RuntimeError("fit 1"), since=e.generation)
+    assert not e.busy(0)
+    with pytest.raises(RuntimeError, match="fit 1"):
+        e.submit(2)
+
+
 def test_fail_stops_dispatching_new_rounds():
     e, d, _, _ = bsp(2)
     tasks = [e.submit(i) for i in range(2)]

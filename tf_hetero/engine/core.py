@@ -3,7 +3,8 @@
 Pure Python and thread-safe (one re-entrant lock guards all engine state; dispatcher calls
 are made with it held). TensorFlow stays behind a :class:`~tf_hetero.engine.api.Dispatcher`;
 the dispatcher reports back through :meth:`RoundEngine.task_started`, :meth:`task_finished`,
-:meth:`apply_finished`, :meth:`worker_failed` and :meth:`worker_recovered`.
+:meth:`task_failed`, :meth:`apply_finished`, :meth:`worker_failed` and
+:meth:`worker_recovered`.
 
 The core keeps the queue of pending tasks, worker liveness, the rounds and their dispatch,
 over one or more *books* (worker groups with their own rounds;
@@ -367,6 +368,21 @@ class RoundEngine(RoundCycle):
             self._books.consider(self._live, self.version)  # grouped: re-form the books?
             self._pump()
             self._changed.notify_all()
+
+    def task_failed(self, task: Task, worker: int, error: BaseException,
+                    since: int | None = None) -> None:
+        """``task``'s closure ended with ``error`` on ``worker``: the worker runs it no longer,
+        and the engine fails (:meth:`fail`, ``since`` as there: an echo of a fit whose error
+        already reached the user fails nothing). A closure still queued for its worker when
+        its fit failed starts after :meth:`fail` emptied the running tasks; were it left
+        running, its worker would stay busy and the next fit never idle (CI: a grouped fit
+        after a failed one stalled 600 s)."""
+        with self._lock:
+            self._running[worker].discard(task)
+            self.fail(error, since=since)
+            if self._error is None:  # an echo: the worker is free for the current fit
+                self._pump()
+                self._changed.notify_all()
 
     def worker_failed(self, worker: int) -> None:
         """``worker`` is unreachable: give it no more tasks until it recovers."""
