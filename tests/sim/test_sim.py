@@ -48,10 +48,29 @@ def test_measured_runs_cover_three_scenarios():
 
 #: Cells the simulator misses, with the measured numbers (strict: a cell that comes within
 #: tolerance must be taken off this list). docs/SIMULATOR.md, "Validation".
-KNOWN_MISSES: dict = {}
+_MIDRUN_SLOW = ("midrun (four equal workers for ~all of a 400-task run): the simulator is "
+                "slow on every row there (pss -11%), and most on rows whose rounds take one "
+                "or two tasks, launched apart rather than in bursts of four")
+KNOWN_MISSES: dict = {
+    ("hpspipe", "one_slow"): "measured 413 samples/s, simulated 481 (+16.5%): the measured "
+                             "run diverged and stopped after 51 of 100 rounds (first rounds "
+                             "weigh twice)",
+    ("backup", "midrun"): f"measured 558, simulated 471 (-15.7%): {_MIDRUN_SLOW}",
+    ("ssp", "midrun"): f"measured 782, simulated 624 (-20.2%): {_MIDRUN_SLOW}",
+    ("grouped", "midrun"): f"measured 788, simulated 619 (-21.5%): {_MIDRUN_SLOW}",
+    ("groupedsized", "midrun"): f"measured 763, simulated 619 (-18.9%): {_MIDRUN_SLOW}",
+}
 
 #: Scenarios whose ranking the simulator gets wrong, and why (strict, as KNOWN_MISSES).
-KNOWN_MISORDERS: dict = {}
+KNOWN_MISORDERS: dict = {
+    "one_slow": "backup, casp and epsp measured >15% faster than hpsfp / hpspipe / "
+                "groupedsized; simulated the other way (sim: one closure cost for every "
+                "launch, whatever the burst it is launched in)",
+    "classes": "caspsized and groupedsized measured >15% faster than hps / auto, casp than "
+               "hpspipe; simulated level or the other way",
+    "midrun": "ssp, grouped and groupedsized measured >15% faster than epspslack; simulated "
+              f"slower ({_MIDRUN_SLOW})",
+}
 
 
 @pytest.mark.slow
@@ -77,9 +96,11 @@ def test_simulation_ranks_strategies_as_measured(compared, scenario, request):
     assert validate.misordered(compared[scenario]) == []
 
 
-def test_the_buffer_push_spread_is_what_orders_classes_as_measured(shipped):
-    # A control for local_push_jitter_s: without the push's own spread, the simulated
-    # buffer path (hpsfp) is as fast as grouped sync on `classes`, which measured 17% faster.
+def test_the_buffer_push_spread_slows_only_the_buffered_rounds(shipped):
+    # A control for local_push_jitter_s: a buffered round's barrier waits for the slowest of
+    # its workers' pushes, so their spread slows H-PS's buffer path (hpsfp) and nothing else.
+    # (On the digits runs of 2026-11-27 it was what ranked grouped 17% above hpsfp on
+    # `classes`; on the current runs the fitted spread, 9.6 ms, moves hpsfp by ~1%.)
     with open(MEASURED["classes"]) as f:
         bench = json.load(f)
 
@@ -90,8 +111,10 @@ def test_the_buffer_push_spread_is_what_orders_classes_as_measured(shipped):
 
     assert shipped.local_push_jitter_s > 0
     off = dataclasses.replace(shipped, local_push_jitter_s=0.0)
-    assert simulated("grouped", shipped) > simulated("hpsfp", shipped)
-    assert not simulated("grouped", off) > simulated("hpsfp", off)
+    wide = dataclasses.replace(shipped, local_push_jitter_s=0.030)
+    assert simulated("hpsfp", wide) < 0.95 * simulated("hpsfp", off)
+    assert simulated("hpsfp", shipped) < simulated("hpsfp", off)
+    assert simulated("hps", wide) == simulated("hps", off)
 
 
 def test_the_buffer_push_spread_is_fitted_beyond_the_alike_rows_spread():
@@ -268,3 +291,14 @@ def test_statistical_model_learns_digits_and_suffers_from_pipelined_staleness():
     # Pipelined pushes apply every gradient a round late; at the linear rule's rate with
     # momentum 0.9 that stalls training (the measured run diverged: final accuracy 0.08).
     assert final["hpspipe"] < final["hps"] - 0.3, final
+
+
+def test_the_uncontended_cost_model_is_the_shipped_one_but_its_closures_and_apply(shipped):
+    # benchmarks/uncontended_projection.py writes it from the shipped calibration; refitting
+    # that calibration without writing it again leaves the projection on stale costs.
+    unc = costs_module.load(os.path.join(os.path.dirname(costs_module.DEFAULT_PATH),
+                                         "uncontended.json"))
+    changed = {f.name for f in dataclasses.fields(CostModel)
+               if getattr(unc, f.name) != getattr(shipped, f.name)}
+    assert changed == {"task_s", "stock_s", "apply_s", "source"}
+    assert unc.task_s == unc.stock_s < shipped.stock_s and unc.apply_s < shipped.apply_s

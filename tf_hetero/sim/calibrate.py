@@ -42,7 +42,7 @@ import numpy as np
 from tf_hetero.emulation.profile import Profile
 from tf_hetero.sim.costs import CostModel, DeviceTimes
 
-__all__ = ["fit", "fit_file", "slim", "robust_sd"]
+__all__ = ["fit", "fit_file", "slim", "robust_sd", "uncontended"]
 
 #: Keys of a bench row kept in a slim copy (benchmarks/measured/): what calibration and
 #: validation read.
@@ -187,6 +187,26 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
         param_bytes=grad, wire_factor=wire,
         source=f"fitted from {bench.get('source', 'a bench JSON')}: profile {cfg['profile']}, "
                f"{n} workers, rows {', '.join(r['strategy'] for r in rows)}")
+
+
+def uncontended(fitted: CostModel, closure_s: float, apply_s: float,
+                source: str = "") -> CostModel:
+    """The cost model of a host with a core per task, from one ``fitted`` on this 2-core
+    machine: every step closure, the engine's and TF's own alike (``task_s``, ``stock_s``),
+    costs ``closure_s``, what a closure measured here costs beyond its device time when no
+    burst of launches competes with it; a round's apply costs ``apply_s``, its own chief <->
+    PS hops. Everything else is kept as fitted (the chief's dispatch, the step jitter, the
+    first steps and applies, the set-up): contended figures, so upper bounds. The values and
+    their sources: docs/SIMULATOR.md, "The uncontended projection".
+
+    >>> u = uncontended(CostModel(task_s=0.028, stock_s=0.014, apply_s=0.028), 0.0095, 0.0102)
+    >>> u.task_s == u.stock_s == 0.0095, u.apply_s
+    (True, 0.0102)
+    """
+    return dataclasses.replace(
+        fitted, task_s=closure_s, stock_s=closure_s, apply_s=apply_s,
+        source=f"uncontended: {source or 'closure_s and apply_s given'}; the rest as "
+               f"{fitted.source}")
 
 
 def fit_file(path: str, out: str | None = None) -> CostModel:
