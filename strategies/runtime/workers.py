@@ -4,7 +4,9 @@
 ``_on_closure_failure``, ``_on_worker_recovery``) so that the engine hears of every start,
 finish, apply, failure and recovery, a task learns its final round/slot/lane/push flags
 (its task code) as it starts, and closures pinned to a dead worker move to the shared queue
-(TF would wait up to an hour for the dead one; docs/TF_INTERNALS.md).
+(TF would wait up to an hour for the dead one; docs/TF_INTERNALS.md). A closure TF puts back
+on its queue (a worker failure, or a failure it deems transient, e.g. a PS briefly
+unreachable) is no end of its task: the task starts again where the closure runs next.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import functools
 import threading
 import time
+
+import tensorflow as tf
 
 from tf_hetero import tfcompat
 from tf_hetero.engine import OVERWRITE
@@ -58,7 +62,13 @@ def _drop_stale_failures(coordinator, attempt) -> None:
         fit = getattr(attempt, "errors_seen", None)
         return fit is None or fit == coordinator.errors_reached_user
 
-    tfcompat.coordinator.queue_of(coordinator).replace_mark_failed(keep_error, seen)
+    queue = tfcompat.coordinator.queue_of(coordinator)
+    queue.replace_mark_failed(keep_error, seen)
+
+    def put_back(requeued):  # on the worker thread whose closure TF puts back
+        attempt.put_back = "requeued" if requeued else "cancelled"
+
+    queue.replace_put_back(put_back)
 
 
 def _instrument(coordinator, worker, attempt, versions):
@@ -70,7 +80,7 @@ def _instrument(coordinator, worker, attempt, versions):
     def process_closure(process, closure):
         tag = tag_of(closure)
         task = tag.task if tag is not None and tag.kind == ClosureKind.TASK else None
-        attempt.failed = False
+        attempt.failed, attempt.put_back = False, None
         # The tag only routed the closure here. TF's failure paths put a closure back with
         # put_back(), which asserts an untagged closure (and may bypass
         # _on_closure_failure, e.g. for transient PS errors).
@@ -97,9 +107,14 @@ def _instrument(coordinator, worker, attempt, versions):
             task.t_call = time.perf_counter()  # a round profile's start | launch boundary
         process(closure)
         end = time.perf_counter()
-        if attempt.failed:
-            return  # the closure went back to the queue; another worker runs it
+        if attempt.failed or attempt.put_back == "requeued":
+            # The closure went back to the queue (a worker failure, or a failure TF deems
+            # transient, e.g. a PS briefly unreachable, which bypasses
+            # _on_closure_failure): it runs again, and its task starts again there.
+            return
         error = attempt.error or queue.error
+        if error is None and attempt.put_back == "cancelled":  # the fit's error: cleared
+            error = tf.errors.CancelledError(None, None, "closure cancelled")
         if error is not None and engine is not None:
             if task is not None:
                 engine.task_failed(task, w, translate(error), since=fit)

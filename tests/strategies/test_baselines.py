@@ -59,6 +59,41 @@ def test_bsp_applies_every_task_exactly_once_with_a_slow_worker(cluster):
     assert strategy.monitor.summary()["dropped_tasks"] == 0
 
 
+def test_a_step_that_meets_a_transient_ps_failure_runs_again_in_its_round(cluster, monkeypatch):
+    """TF deems an UnavailableError from a PS transient (up to 3 per PS) and puts the closure
+    back on its queue without telling the worker's failure hook (cc ``wait_on_failure``). The
+    engine must not count that attempt as the task's end: it runs again and its round applies
+    all N gradients. (Counted as finished, round 0 closed on two, and the rerun was dropped.)"""
+    import tensorflow as tf
+    import tf_hetero
+    from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+    from tf_hetero.strategies.runtime.tags import ClosureKind, tag_of
+
+    execute_on, failed = cc.Closure.execute_on, []
+
+    def once(closure, worker):
+        tag = tag_of(closure)
+        if not failed and worker.worker_index == 0 and tag is not None \
+                and tag.kind == ClosureKind.TASK:
+            failed.append(tag.task)
+            raise tf.errors.UnavailableError(None, None, (
+                "Socket closed\nAdditional GRPC error information from remote target "
+                "/job:ps/replica:0/task:0 while calling /tensorflow.eager.EagerService/Enqueue"))
+        return execute_on(closure, worker)
+
+    monkeypatch.setattr(cc.Closure, "execute_on", once)
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    # Worker 0 (which reruns it: the others are busy) is slow: the round cannot close on
+    # the other two before the rerun wrote its gradient by luck.
+    fit.fit_with_profile(cluster, strategy, "slow=0:5;base_ms=10", steps=2 * N)
+    engine = strategy.engine
+    assert failed and failed[0].state == "done"  # the task of the failed attempt ran again
+    fit.assert_every_task_applied_once_or_dropped(engine, 2 * N)
+    assert [r.applied for r in engine.rounds] == [N, N]
+    assert strategy.monitor.summary()["dropped_tasks"] == 0
+
+
 def test_a_fit_builds_its_step_closure_once_and_copies_it_for_every_other_task(cluster,
                                                                               monkeypatch):
     """Every task of a fit runs the same step on the same argument objects: its closure is

@@ -103,7 +103,7 @@ def test_worker_hooks_wrap_the_methods_tf_calls():
         text = f.read()
     for name in ("self.closure_queue = ", "self.workers = ", "self._cluster = Cluster(",
                  "self._has_initialized = True", "strategy._cluster_coordinator = ",
-                 "def stop(self)"):
+                 "def stop(self)", "def put_back(self, closure):"):
         assert name in text, name
 
 
@@ -272,3 +272,25 @@ def test_device_datasets_wrap_target_and_local_job():
 
     assert callable(multi_device_iterator_ops._create_device_dataset)
     assert tfcompat.ops.keep_only_local_job(set()) is False  # no cluster connected
+
+
+def test_a_replaced_put_back_says_whether_the_closure_goes_back_or_is_cancelled(queue):
+    class Closure:
+        tag, cancelled = None, False
+
+        def mark_cancelled(self):
+            self.cancelled = True
+
+    seen = []
+    queue.replace_put_back(seen.append)
+    queue.raw.inflight_closure_count = 2
+    first = Closure()
+    queue.raw.put_back(first)  # no error: back on the queue, to run again
+    assert queue.raw._queue.get(block=False) is first and not first.cancelled
+    queue.fail(RuntimeError("the fit failed"))
+    second = Closure()
+    queue.raw.put_back(second)  # the queue holds an error: cancelled
+    assert second.cancelled and queue.raw._queue.empty()
+    assert seen == [True, False] and queue.raw.inflight_closure_count == 0
+    with pytest.raises(AssertionError, match="no inflight closures"):
+        queue.raw.put_back(Closure())

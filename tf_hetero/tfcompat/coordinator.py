@@ -118,6 +118,32 @@ class ClosureQueue:
 
         queue.mark_failed = mark_failed
 
+    def replace_put_back(self, seen: Callable[[bool], None]) -> None:
+        """Replaces the queue's ``put_back`` (cc ~514; TF calls it on a worker thread for a
+        closure that met a transient failure, or after a worker failure) by TF's body (its
+        queue-size metric aside) with one addition: ``seen(requeued)`` is told, under the queue's lock, whether the
+        closure went back to the queue to run again (True) or was cancelled because the
+        queue holds an error (False)."""
+        queue = self.raw
+
+        def put_back(closure):
+            assert closure.tag is None
+            with queue._queue_lock:
+                if queue._inflight_closure_count < 1:
+                    raise AssertionError("There is no inflight closures to put_back.")
+                seen(queue._error is None)
+                if queue._error:
+                    closure.mark_cancelled()
+                else:
+                    queue._queue_free_slot_condition.wait_for(lambda: not queue._queue.full())
+                    queue._queue.put(closure, block=False)
+                    queue._closures_queued_condition.notify()
+                queue.inflight_closure_count -= 1
+                if queue._inflight_closure_count == 0:
+                    queue._no_inflight_closure_condition.notify_all()
+
+        queue.put_back = put_back
+
 
 def initialized(coordinator) -> bool:
     """True once ``ClusterCoordinator.__init__`` ran on this instance (``_has_initialized``):
