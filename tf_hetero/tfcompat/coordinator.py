@@ -121,9 +121,9 @@ class ClosureQueue:
     def replace_put_back(self, seen: Callable[[bool], None]) -> None:
         """Replaces the queue's ``put_back`` (cc ~514; TF calls it on a worker thread for a
         closure that met a transient failure, or after a worker failure) by TF's body (its
-        queue-size metric aside) with one addition: ``seen(requeued)`` is told, under the queue's lock, whether the
-        closure went back to the queue to run again (True) or was cancelled because the
-        queue holds an error (False)."""
+        queue-size metric aside) with one addition: ``seen(requeued)`` is told, under the
+        queue's lock, whether the closure went back to the queue to run again (True) or was
+        cancelled because the queue holds an error (False)."""
         queue = self.raw
 
         def put_back(closure):
