@@ -36,7 +36,6 @@ CLOSURE_S = 0.0100
 #: the next round's launches beside it).
 APPLY_S = 0.0102
 ROWS = ("pss", "bsp", "hps", "epsp")
-OUT_JSON = "tf_hetero/sim/uncontended.json"
 #: Figures of each simulated row kept in the JSON beside the table.
 KEPT = ("samples_per_sec", "efficiency", "time_to_target_s", "mean_round_ms")
 
@@ -58,7 +57,7 @@ def main(out: str | None = None) -> str:
         fitted, CLOSURE_S, APPLY_S,
         source="closure_s 10.0 ms: the pss row's median step excess in the calibration run; "
                "apply_s 10.2 ms: the round profile's apply (benchmarks/uncontended_projection.py)")
-    unc.save(OUT_JSON)
+    unc.save(costs_mod.UNCONTENDED_PATH)
     mnist = dict(strategies=ROWS, profile="slow=3:4", dataset="mnist1d", model="cnn1d",
                  tasks=1600, steps_per_epoch=200, target_accuracy=0.8)
     digits = dict(strategies=ROWS, profile="slow=3:4", tasks=400, steps_per_epoch=100,

@@ -39,13 +39,16 @@ def instrument(coordinator) -> None:
     """Installs the hooks on every worker of ``coordinator``."""
     attempt = threading.local()
     versions = _AsyncVersions()
-    _drop_stale_failures(coordinator, attempt)
+    _instrument_queue(coordinator, attempt)
     for worker in tfcompat.coordinator.workers_of(coordinator):
         _instrument(coordinator, worker, attempt, versions)
 
 
-def _drop_stale_failures(coordinator, attempt) -> None:
-    """A closure of a fit whose error already reached the user may still fail afterwards
+def _instrument_queue(coordinator, attempt) -> None:
+    """Replaces the closure queue's ``mark_failed`` and ``put_back``; both tell the worker
+    thread (``attempt``) what happened to its closure.
+
+    A closure of a fit whose error already reached the user may still fail afterwards
     (the other workers' closures of that fit were running when the first one failed, or
     still queued for their worker: TF's cancel does not empty the per-worker queues). TF's
     ``mark_failed`` would make that echo the queue's error, and the *next* fit would raise it
@@ -53,7 +56,11 @@ def _drop_stale_failures(coordinator, attempt) -> None:
     keeping its error (stock TF keeps it: its next ``fit`` can fail with the last one's error).
     It reads ``coordinator.errors_reached_user`` under the queue's lock, and the coordinator
     clears the queue's error after counting, so either the echo is dropped here or it is set
-    before, and then cleared with the error the user got."""
+    before, and then cleared with the error the user got.
+
+    ``put_back`` says whether TF put the closure back to run again or cancelled it (the queue
+    holds an error): a transient failure (e.g. a PS briefly unreachable) reaches no failure
+    hook, and the task must not end with that attempt (``process_closure``)."""
 
     def seen(e):
         attempt.error = e

@@ -299,8 +299,7 @@ def test_statistical_model_learns_digits_and_suffers_from_pipelined_staleness():
 def test_the_uncontended_cost_model_is_the_shipped_one_but_its_closures_and_apply(shipped):
     # benchmarks/uncontended_projection.py writes it from the shipped calibration; refitting
     # that calibration without writing it again leaves the projection on stale costs.
-    unc = costs_module.load(os.path.join(os.path.dirname(costs_module.DEFAULT_PATH),
-                                         "uncontended.json"))
+    unc = costs_module.load(costs_module.UNCONTENDED_PATH)
     changed = {f.name for f in dataclasses.fields(CostModel)
                if getattr(unc, f.name) != getattr(shipped, f.name)}
     assert changed == {"task_s", "stock_s", "apply_s", "source"}

@@ -43,10 +43,14 @@ import re
 
 import numpy as np
 
-__all__ = ["CostModel", "DeviceTimes", "DEFAULT_PATH", "load"]
+__all__ = ["CostModel", "DeviceTimes", "DEFAULT_PATH", "UNCONTENDED_PATH", "load"]
 
 #: The calibrated cost model shipped with the package (fitted from benchmarks/measured/).
 DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "calibration.json")
+#: The shipped cost model of a host with a core per task
+#: (:func:`tf_hetero.sim.calibrate.uncontended`, written by
+#: benchmarks/uncontended_projection.py; docs/SIMULATOR.md).
+UNCONTENDED_PATH = os.path.join(os.path.dirname(__file__), "uncontended.json")
 
 
 @dataclasses.dataclass(frozen=True)
