@@ -79,6 +79,8 @@ def _uses_own_cluster(item) -> bool:
 #: shared-cluster module marked ``inprocess("NAME")``; ``cluster:MODULE`` a module of
 #: multi-process cluster tests (their servers are other processes); ``pure:MODULE`` any other.
 FIRST = "inprocess"
+#: The pure tests marked ``tensorflow`` (they import it), wherever they are: one group.
+TENSORFLOW = "pure:tensorflow"
 
 
 def _group(item) -> str:
@@ -88,7 +90,11 @@ def _group(item) -> str:
     if mark is not None:
         return FIRST
     module = item.nodeid.split("::", 1)[0]
-    return f"cluster:{module}" if item.get_closest_marker("cluster") else f"pure:{module}"
+    if item.get_closest_marker("cluster"):
+        return f"cluster:{module}"
+    if item.get_closest_marker("tensorflow"):
+        return TENSORFLOW  # one group: one worker imports TensorFlow (~7 s), not both
+    return f"pure:{module}"
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -15,6 +15,8 @@ import pytest
 from tf_hetero.cluster.local import pick_ports
 from tf_hetero.cluster.reach import ClusterUnreachableError, wait_for_cluster
 
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
+
 
 def _spec(ports):
     return {"chief": ["127.0.0.1:1"], "worker": [f"127.0.0.1:{p}" for p in ports[:-1]],

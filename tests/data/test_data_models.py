@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
 import tf_hetero.models as models
 from tf_hetero import data
 from tf_hetero.data import OFFLINE_DATASETS, Split, dataset_fn
+
+from support import LazyModule
+
+tf = LazyModule("tensorflow")
+
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
 
 
 def labels_split(n: int) -> Split:
@@ -118,7 +122,7 @@ def test_unknown_tfds_name_raises_runtime_error_naming_offline_data_sets(monkeyp
     def fail(name, **kwargs):
         raise ValueError(f"no data set {name}")
 
-    monkeypatch.setattr(tfds, "load", fail)
+    monkeypatch.setattr("tensorflow_datasets.load", fail)
     with pytest.raises(RuntimeError, match=r"^Could not load tensorflow-datasets data set 'nope' "
                                            r"\(ValueError: no data set nope\)\. It needs internet "
                                            r"the first time; offline, use one of \('digits', 'mnist1d'\)\.$"
@@ -135,7 +139,7 @@ def test_tfds_images_are_scaled_to_0_1_and_given_a_channel(monkeypatch):
         x = tf.constant(np.array([[[0, 255], [51, 102]]] * 3, dtype=np.uint8))  # (3, 2, 2)
         return x, tf.constant([1, 2, 3], dtype=tf.int32)
 
-    monkeypatch.setattr(tfds, "load", fake_load)
+    monkeypatch.setattr("tensorflow_datasets.load", fake_load)
     split = data.load("mnist", "test")
     assert calls == [("mnist", {"split": "test", "batch_size": -1, "as_supervised": True})]
     assert split.x.shape == (3, 2, 2, 1) and split.x.dtype == np.float32

@@ -9,6 +9,8 @@ import types
 
 import pytest
 
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
+
 WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
 
 

@@ -9,6 +9,8 @@ from tf_hetero.policies.placement import Balanced, RoundRobin, make, max_over_me
 from tf_hetero.telemetry import psload
 from tf_hetero.telemetry.monitor import Monitor
 
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
+
 #: A skewed model in creation order: an embedding of 1,024 x 16 in 16 shards of 4 KB, then
 #: dense kernels of 8 KB and 5 KB (whole) and their biases (bytes).
 SKEWED = [4096] * 16 + [8192, 512, 5120, 40]

@@ -8,6 +8,8 @@ import pytest
 from tf_hetero.policies import rebalance
 from tf_hetero.policies.rebalance import Move, RebalanceConfig, RebalanceController
 
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
+
 
 def _controller(**options) -> RebalanceController:
     return RebalanceController(RebalanceConfig(**options))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
+
 
 
 

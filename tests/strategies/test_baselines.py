@@ -21,7 +21,7 @@ from support.fit import B, N, ROUNDS
 pytestmark = pytest.mark.cluster
 
 
-@pytest.mark.parametrize("opt", sorted(fit.optimizers()))
+@pytest.mark.parametrize("opt", fit.OPTIMIZERS)
 def test_bsp_rounds_equal_large_batch_steps_of_the_same_optimizer(cluster, data, opt):
     import tf_keras as keras
 

@@ -19,6 +19,7 @@ No test module imports another test module: everything two of them use is here.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -37,6 +38,33 @@ def cli(*args: str, env: dict | None = None, timeout: float = CLI_TIMEOUT_S,
     """Runs ``python -m tf_hetero ARGS`` and returns the finished process."""
     return subprocess.run([sys.executable, "-m", "tf_hetero", *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
+
+
+class LazyModule:
+    """The module ``name``, imported at the first attribute read.
+
+    A test module that needs TensorFlow (or a module of ours that imports it) names it at
+    the top as ``tf = LazyModule("tensorflow")``: collecting the module then imports no
+    TensorFlow, so an xdist worker that runs no TensorFlow test never pays its import
+    (~7 s here; `make test-fast` keeps those tests on one worker, tests/conftest.py).
+
+    >>> json = LazyModule("json")
+    >>> json.dumps([1])
+    '[1]'
+    """
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str):
+        # pytest's collection probes every module-level object (``__test__``, ``pytestmark``,
+        # its fixture marker): those must not import the module. A test reads only public names.
+        if attribute.startswith("_") or attribute == "pytestmark":
+            raise AttributeError(attribute)
+        return getattr(importlib.import_module(self._name), attribute)
+
+    def __repr__(self) -> str:
+        return f"LazyModule({self._name!r})"
 
 
 def alive(pid: int) -> bool:

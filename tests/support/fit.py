@@ -39,11 +39,17 @@ def per_worker_fn(x, y, rounds=ROUNDS):
     return fn
 
 
+#: Every optimizer family a round's apply must reproduce (the keys of :func:`optimizers`; a
+#: test parametrizes over these names without importing tf_keras at collection).
+OPTIMIZERS = ("adam", "adam_clipnorm", "adamw_weight_decay", "legacy_adam",
+              "legacy_sgd_momentum", "sgd", "sgd_ema", "sgd_momentum")
+
+
 def optimizers():
-    """Name -> optimizer factory: every optimizer family a round's apply must reproduce."""
+    """Name -> optimizer factory for each of :data:`OPTIMIZERS`."""
     import tf_keras as keras
 
-    return {
+    made = {
         "sgd": lambda: keras.optimizers.SGD(0.1),
         "sgd_momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
         "adam": lambda: keras.optimizers.Adam(0.01),
@@ -53,6 +59,8 @@ def optimizers():
         "sgd_ema": lambda: keras.optimizers.SGD(0.1, use_ema=True, ema_momentum=0.5),
         "adam_clipnorm": lambda: keras.optimizers.Adam(0.05, global_clipnorm=0.01),
     }
+    assert sorted(made) == list(OPTIMIZERS), sorted(made)
+    return made
 
 
 def fit_with_profile(cluster, strategy, profile, steps, epochs=1, callbacks=(), batch=16,

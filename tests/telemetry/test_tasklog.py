@@ -10,6 +10,8 @@ import pytest
 
 from tf_hetero.telemetry import TaskLog, TaskRecord, WorkerStats, measured_ratios
 
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
+
 
 def log_of(*records):
     """A TaskLog holding (worker, start, end) records."""

@@ -11,17 +11,17 @@ import inspect
 import os
 import tomllib
 
-import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from tf_hetero import tfcompat
-
-from support import REPO
+from support import REPO, LazyModule
 from support import keras3 as k3
 
-K3 = tfcompat.keras3
+keras = LazyModule("keras")
+tf = LazyModule("tensorflow")
+K3 = LazyModule("tf_hetero.tfcompat.keras3")
+
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
 
 
 # -- the pin -----------------------------------------------------------------------------------

@@ -12,11 +12,16 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tf_keras as keras
 
 from tf_hetero import tfcompat
-from tf_hetero.tfcompat import coordinator as tfc
+
+from support import LazyModule
+
+tf = LazyModule("tensorflow")
+keras = LazyModule("tf_keras")
+tfc = LazyModule("tf_hetero.tfcompat.coordinator")
+
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
 
 # pylint: disable=protected-access
 

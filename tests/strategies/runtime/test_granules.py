@@ -4,9 +4,13 @@ distributed iterator (what a worker's step gets)."""
 from __future__ import annotations
 
 import pytest
-import tensorflow as tf
 
-from tf_hetero.strategies.runtime.granules import GranuleIterator, granulate
+from support import LazyModule
+
+tf = LazyModule("tensorflow")
+granules = LazyModule("tf_hetero.strategies.runtime.granules")
+
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
 
 GRANULE = 4
 
@@ -15,7 +19,7 @@ def _granules():
     """Samples 0, 1, 2, ... (a feature row and a label each) in batches of 8, as granules."""
     ds = tf.data.Dataset.range(10_000).map(
         lambda i: (tf.fill([3], tf.cast(i, tf.float32)), i)).batch(8).repeat()
-    data, batch = granulate(ds, GRANULE, "test")
+    data, batch = granules.granulate(ds, GRANULE, "test")
     assert batch == 8
     return data
 
@@ -40,7 +44,7 @@ def test_a_task_reads_its_size_in_granules_in_order(make, static):
 
     @tf.function
     def read(iterator, size):
-        x, y = next(GranuleIterator(iterator, size))
+        x, y = next(granules.GranuleIterator(iterator, size))
         seen.append((x.shape.as_list(), y.shape.as_list()))
         return x, y
 
@@ -60,4 +64,4 @@ def test_a_task_reads_its_size_in_granules_in_order(make, static):
 def test_granulate_refuses_a_batch_that_is_not_a_multiple():
     ds = tf.data.Dataset.range(100).batch(6, drop_remainder=True)
     with pytest.raises(ValueError, match="not a multiple of granularity=4"):
-        granulate(ds, GRANULE, "test")
+        granules.granulate(ds, GRANULE, "test")

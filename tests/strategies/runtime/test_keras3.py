@@ -7,15 +7,20 @@ tests/tfcompat/test_keras3.py; ``fit`` on the cluster: tests/strategies/test_sto
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 
 import tf_hetero
 from tf_hetero import tfcompat
-from tf_hetero.strategies.runtime.keras3 import checks, functions
+from tf_hetero.strategies.runtime.keras3 import checks
 
+from support import LazyModule
 from support import keras3 as k3
+
+keras = LazyModule("keras")
+functions = LazyModule("tf_hetero.strategies.runtime.keras3.functions")
+
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
 
 
 def _one_line_with_fix(error, fix):

@@ -7,9 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from support import LazyModule
+
+tf = LazyModule("tensorflow")
+quantize = LazyModule("tf_hetero.strategies.runtime.quantize")
+
+pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
+
 # ---------------------------------------------------------------------------- codecs
-tf = pytest.importorskip("tensorflow")
-from tf_hetero.strategies.runtime import quantize  # noqa: E402
 
 
 @pytest.mark.parametrize("name, ratio", [("fp32", 1.0), ("fp16", 2.0), ("int8", 3.99),
