@@ -1,9 +1,15 @@
 """The trace-time switch that makes a training step fill the round's accumulators: while a
 step is traced under :func:`accumulating`, ``apply_gradients`` of every tf_keras optimizer
-class adds the step's gradients to the round's accumulators instead of updating the variables
+class (and ``apply`` of Keras 3's ``BaseOptimizer``, when Keras 3 is loaded) adds the step's
+gradients to the round's accumulators instead of updating the variables
 (:mod:`~tf_hetero.strategies.runtime.accumulate`, step 1 of its docstring), and a direct write
 of a trainable variable (which would bypass the round) is recorded so that the tracer can
 refuse the step.
+
+The round's apply then calls the optimizer's own ``apply_gradients`` with the round's mean
+gradient and the ``tf.Variable`` each accumulator belongs to: a Keras 3 optimizer takes
+those as they are (its TensorFlow backend keys slots by the ``tf.Variable`` a Keras variable
+holds), so one interception point per Keras flavour is all a round strategy needs.
 """
 
 from __future__ import annotations
@@ -38,7 +44,15 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
     record = {"calls": 0, "bytes": 0, "writes": [], "loss": None}
 
     def apply_gradients(self, grads_and_vars, name=None, **kwargs):
-        grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+        return accumulate(self, [(g, v) for g, v in grads_and_vars if g is not None])
+
+    def apply(self, grads, trainable_variables=None):  # Keras 3's BaseOptimizer.apply
+        if trainable_variables is None:
+            trainable_variables = tfcompat.keras3.tracked_variables(self)
+        return accumulate(self, [(g, tfcompat.keras3.inner_variable(v))
+                                 for g, v in zip(grads, trainable_variables) if g is not None])
+
+    def accumulate(self, grads_and_vars):
         if not grads_and_vars:
             return self.iterations
         record["calls"] += 1
@@ -53,6 +67,8 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
     with patch_lock:
         classes = tfcompat.keras.optimizer_classes()
         originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
+        keras3 = tfcompat.keras3.loaded_optimizer_class()
+        keras3_apply = keras3.__dict__["apply"] if keras3 is not None else None
         # `minimize` is defined on a base of each (the new optimizer's `_BaseOptimizer`)
         owners = {next(k for k in cls.__mro__ if "minimize" in k.__dict__) for cls in classes}
         minimizers = {cls: cls.__dict__["minimize"] for cls in owners}
@@ -75,6 +91,8 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
                 cls.apply_gradients = apply_gradients
             for cls, fn in minimizers.items():
                 cls.minimize = minimizing(fn)
+            if keras3 is not None:
+                keras3.apply = apply
             with _watching_writes(record["writes"]):
                 yield record
         finally:
@@ -82,6 +100,8 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
                 cls.apply_gradients = fn
             for cls, fn in minimizers.items():
                 cls.minimize = fn
+            if keras3 is not None:
+                keras3.apply = keras3_apply
 
 
 #: Variable methods that write a variable (a step must leave trainable ones to the optimizer).

@@ -166,13 +166,13 @@ class StepTracer:
         name = getattr(fn, "__name__", None) or getattr(fn, "name", None) or repr(fn)
         shown = ", ".join(dict.fromkeys(writes))
         raise ValueError(
-            f"{who}: the scheduled function {name!r} updates trainable variables without a "
-            f"tf_keras optimizer's apply_gradients: {shown}. {who} cannot put such an update "
-            "in its rounds (or under its staleness bound): it would be applied at once, "
-            "asynchronously, as under stock ParameterServerStrategy. Fix: compute the "
-            "gradients (tf.GradientTape) and call a tf_keras optimizer's apply_gradients "
-            "(or minimize) in the step, from a tf.function the strategy can trace (not a "
-            "concrete function); or train this step under tf.distribute."
+            f"{who}: the scheduled function {name!r} updates trainable variables without an "
+            f"optimizer's apply_gradients (tf_keras) or apply (Keras 3): {shown}. {who} cannot "
+            "put such an update in its rounds (or under its staleness bound): it would be "
+            "applied at once, asynchronously, as under stock ParameterServerStrategy. Fix: "
+            "compute the gradients (tf.GradientTape) and call the optimizer's apply_gradients "
+            "(or minimize; Keras 3: apply) in the step, from a tf.function the strategy can "
+            "trace (not a concrete function); or train this step under tf.distribute."
             "ParameterServerStrategy or tf_hetero.ASPStrategy.")
 
     def describe_learning_rates(self) -> str:

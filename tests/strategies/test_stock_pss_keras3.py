@@ -329,23 +329,6 @@ def test_what_cannot_run_on_the_workers_is_refused_before_a_step_in_one_line(ref
     assert int(model.optimizer.iterations.numpy()) == 0
 
 
-def test_a_tf_hetero_strategy_refuses_a_keras3_model_until_stage_2(cluster):
-    import keras
-
-    import tf_hetero
-    from tf_hetero.strategies.runtime.keras3.checks import Keras3PSError
-
-    strategy = tf_hetero.BSPStrategy(cluster.resolver)
-    with strategy.scope():
-        model = k3.model()
-        model.compile(keras.optimizers.SGD(0.1), k3.loss())
-    with pytest.raises(Keras3PSError, match=r"BSPStrategy does not run Keras 3 models yet.*"
-                                            r"Fix: train the Keras 3 model under "
-                                            r"tf.distribute.ParameterServerStrategy"):
-        model.fit(k3.rows_fn(*k3.rows(64)), epochs=1, steps_per_epoch=4, verbose=0)
-    assert int(model.optimizer.iterations.numpy()) == 0
-
-
 def test_a_worker_whose_data_runs_out_fails_the_fit_with_the_fix(cluster):
     """A dataset of unknown length (a filter) cannot be refused before; the worker that reads
     past its end fails the fit at the epoch's join with the fix, never a hang."""

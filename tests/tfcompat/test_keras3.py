@@ -116,3 +116,26 @@ def test_the_batch_hooks_a_callback_overrides_are_found(tmp_path):
     assert K3.overridden_hooks(keras.callbacks.LambdaCallback(on_epoch_end=print)) == []
     assert K3.overridden_hooks(
         keras.callbacks.LambdaCallback(on_train_batch_end=print)) == ["on_train_batch_end"]
+
+
+def test_the_optimizer_update_every_keras3_step_goes_through_and_its_variables():
+    """``apply`` of ``BaseOptimizer`` is what ``apply_gradients`` (which the TensorFlow
+    trainer's ``train_step`` calls) and custom steps call (the step tracer replaces it while
+    tracing a round's step);
+    ``tracked_variables`` are what ``apply(grads)`` without variables updates."""
+    import inspect as _inspect
+
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    base = K3.loaded_optimizer_class()  # this module imported Keras 3
+    assert base is not None and "apply" in vars(base)
+    assert isinstance(keras.optimizers.SGD(0.1), base) and isinstance(keras.optimizers.Adam(), base)
+    assert "self.apply(" in _inspect.getsource(base.apply_gradients)
+    assert "optimizer.apply_gradients(" in _inspect.getsource(TensorFlowTrainer.train_step)
+    model = k3.model()
+    opt = keras.optimizers.SGD(0.1)
+    opt.build(model.trainable_variables)
+    assert [v.path for v in K3.tracked_variables(opt)] == [
+        v.path for v in model.trainable_variables]
+    assert K3.is_loss_scale_optimizer(keras.optimizers.LossScaleOptimizer(opt))
+    assert not K3.is_loss_scale_optimizer(opt)

@@ -26,6 +26,7 @@ docs/TF_INTERNALS.md maps each to the Keras source it reads and to that test.
 
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 from tf_hetero.patching import wrap_once
@@ -86,6 +87,34 @@ def inner_variable(variable):
     initialization). Under ``ParameterServerStrategy`` it is the strategy's variable (a
     ``CachingVariable`` on a PS task)."""
     return variable._value
+
+
+def loaded_optimizer_class() -> type | None:
+    """``BaseOptimizer`` (k3/optimizers/base_optimizer.py), whose ``apply(grads,
+    trainable_variables=None)`` every Keras 3 optimizer's update goes through (its
+    ``apply_gradients``, which the TensorFlow trainer's ``train_step`` calls, calls it), or
+    ``None`` when this process has not imported Keras 3: a step that no Keras 3 model made
+    cannot call it, and tf_keras users never import it."""
+    if "keras" not in sys.modules:
+        return None
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
+
+    return BaseOptimizer
+
+
+def tracked_variables(optimizer) -> list:
+    """The variables a built Keras 3 optimizer updates when ``apply`` is given gradients
+    only (``BaseOptimizer._trainable_variables``)."""
+    return list(optimizer._trainable_variables)
+
+
+def is_loss_scale_optimizer(optimizer) -> bool:
+    """Is ``optimizer`` Keras 3's ``LossScaleOptimizer`` (k3/optimizers/loss_scale_optimizer.py:
+    it skips a step with non-finite gradients inside an ``ops.cond`` around the inner
+    optimizer's ``apply``)?"""
+    from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
+
+    return isinstance(optimizer, LossScaleOptimizer)
 
 
 def in_stateless_scope() -> bool:

@@ -17,10 +17,12 @@ The decision is made per call, from the model's strategy; nothing changes for a 
 trained without one. Every private Keras 3 name is reached through
 :mod:`tf_hetero.tfcompat.keras3`.
 
-Stage 2 (tf-hetero's round strategies) builds on this: their coordinator receives the
-closures :mod:`.functions` makes through ``coordinator.schedule``, and the interception of a
-traced step's optimizer call must add Keras 3's ``BaseOptimizer.apply``. Until then a
-tf-hetero strategy refuses a Keras 3 model before training (:func:`.checks.check_strategy`).
+Under a tf-hetero strategy the same loops run: its coordinator receives the closures
+:mod:`.functions` makes through ``coordinator.schedule``, its step tracer intercepts Keras 3's
+``BaseOptimizer.apply`` as it does tf_keras's ``apply_gradients``
+(:mod:`~tf_hetero.strategies.runtime.intercept`), and its rounds apply through the Keras 3
+optimizer. What its rounds do not do for Keras 3 yet is refused before training
+(:func:`.checks.check_strategy`, :func:`.checks.check_round_optimizer`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,10 @@ def _checked_strategy(model):
     from tf_hetero.strategies.runtime.keras3 import checks
 
     strategy = model.distribute_strategy
-    checks.check_strategy(strategy, state_of(strategy) is not None)
+    ours = state_of(strategy) is not None
+    checks.check_strategy(strategy, ours)
+    if ours:
+        checks.check_round_optimizer(getattr(model, "optimizer", None), type(strategy).__name__)
 
 
 def _routed(name: str):

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from tf_hetero import tfcompat
 
-__all__ = ["PREFIX", "Keras3PSError", "executions", "check_strategy", "check_fit_args",
-           "check_steps", "check_model", "check_callbacks", "check_placement",
-           "check_cardinality", "data_ran_out"]
+__all__ = ["PREFIX", "Keras3PSError", "executions", "check_strategy", "check_round_optimizer",
+           "check_fit_args", "check_steps", "check_model", "check_callbacks",
+           "check_placement", "check_cardinality", "data_ran_out"]
 
 PREFIX = "tf-hetero (Keras 3 on ParameterServerStrategy)"
 
@@ -48,18 +48,30 @@ def executions(steps: int, per_execution: int) -> list[int]:
 
 
 def check_strategy(strategy, tf_hetero_strategy: bool) -> None:
-    """Stock ``ParameterServerStrategy`` with one device per worker only (Stage 1)."""
+    """One device per worker; under a tf-hetero strategy, none of what its rounds do not do
+    for Keras 3 yet (live rebalancing: a move carries tf_keras's optimizer slots only)."""
     name = type(strategy).__name__
-    if tf_hetero_strategy:
-        _refuse(f"{name} does not run Keras 3 models yet (tf-hetero issue 50: only the stock "
-                "tf.distribute.ParameterServerStrategy does, asynchronously).",
-                f"train the Keras 3 model under tf.distribute.ParameterServerStrategy, or "
-                f"build it with tf_keras (import tf_keras as keras) to train it under {name}.")
+    if tf_hetero_strategy and getattr(strategy, "rebalancer", None) is not None:
+        _refuse(f"{name}(rebalance=...) moves variables with their tf_keras optimizer slots; "
+                "a Keras 3 optimizer's slots would stay behind (tf-hetero issue 50).",
+                f"drop rebalance (strategy.set_rebalance(None)), or build the model with "
+                f"tf_keras (import tf_keras as keras) to rebalance it under {name}.")
     replicas = int(strategy.num_replicas_in_sync)
     if replicas != 1:
         _refuse(f"workers with several devices each (num_replicas_in_sync={replicas}) are not "
                 "supported yet: each step's logs would be per device.",
                 "give each worker one device (e.g. CUDA_VISIBLE_DEVICES=0), or use tf_keras.")
+
+
+def check_round_optimizer(optimizer, strategy_name: str) -> None:
+    """An optimizer a round strategy's apply reproduces: not Keras 3's ``LossScaleOptimizer``,
+    which skips a step with non-finite gradients inside a conditional around its inner
+    optimizer's ``apply``, where the round's accumulation cannot go."""
+    if optimizer is not None and tfcompat.keras3.is_loss_scale_optimizer(optimizer):
+        _refuse(f"{strategy_name} with a Keras 3 LossScaleOptimizer: its rounds cannot take "
+                "the loss scaling's conditional step yet (tf-hetero issue 50).",
+                "compile with the inner optimizer (float32 training), or train under "
+                "tf.distribute.ParameterServerStrategy.")
 
 
 def check_fit_args(*, steps_per_epoch, verbose, validation_split=0.0, validation_data=None,

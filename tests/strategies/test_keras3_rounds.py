@@ -1,0 +1,125 @@
+"""Keras 3 ``model.fit`` under tf-hetero's strategies (issue 50, Stage 2) on the shared
+in-process cluster (3 workers, 2 PS), switched on by ``tf_hetero.keras3.enable()``.
+
+The step tracer intercepts Keras 3's ``BaseOptimizer.apply`` as it does tf_keras's
+``apply_gradients`` (``strategies/runtime/intercept.py``): without it every round strategy
+refuses the step (it would update the variables itself, asynchronously), so each test here
+fails with the interception switched off. Stock PSS under Keras 3:
+tests/strategies/test_stock_pss_keras3.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
+from tf_hetero.strategies import registry
+
+from support import keras3 as k3
+
+pytestmark = pytest.mark.cluster
+
+N = 3  # workers of the shared cluster
+
+#: Keras 3 optimizers a BSP round must reproduce exactly (one large-batch step per round).
+OPTIMIZERS = {"sgd": lambda keras: keras.optimizers.SGD(0.1),
+              "sgd_momentum": lambda keras: keras.optimizers.SGD(0.1, momentum=0.9),
+              "adam": lambda keras: keras.optimizers.Adam(0.01)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _keras3_on_ps():
+    import tf_hetero
+
+    tf_hetero.keras3.enable()
+
+
+def _worker_blocks(x, y):
+    """A dataset function: worker ``w`` reads its own block of rows ``x[w*B:(w+1)*B]``, again
+    and again."""
+    def fn(ctx=None):
+        import tensorflow as tf
+
+        w = tf.distribute.coordinator.experimental_get_current_worker_index()
+        xs = tf.reshape(tf.constant(x), (N, k3.B, x.shape[1]))
+        ys = tf.reshape(tf.constant(y), (N, k3.B))
+        block = (tf.gather(xs, w), tf.gather(ys, w))
+        return without_autotune(tf.data.Dataset.from_tensors(block).repeat())
+    return fn
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_a_bsp_round_under_keras3_is_one_step_on_the_workers_batches_together(cluster, opt):
+    """Each worker its own batch; a BSP round averages their gradients and applies them once
+    through the Keras 3 optimizer: the same as one local step on the three batches as one."""
+    import keras
+
+    import tf_hetero
+
+    x, y = k3.rows(N * k3.B)
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with strategy.scope():
+        model = k3.model(1)
+        model.compile(OPTIMIZERS[opt](keras), k3.loss())
+    reference = k3.model(1)
+    reference.compile(OPTIMIZERS[opt](keras), k3.loss())
+    rounds = 3
+    model.fit(_worker_blocks(x, y), epochs=1, steps_per_epoch=rounds * N, verbose=0)
+    for _ in range(rounds):
+        reference.train_on_batch(x, y)
+    tasks = strategy.monitor.tasks
+    assert len(tasks) == rounds * N and {t.worker for t in tasks} == set(range(N))
+    assert int(model.optimizer.iterations.numpy()) == rounds  # a round is one update
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert any(np.abs(w - s).max() > 1e-3  # the reference moved: the check has teeth
+               for w, s in zip(reference.get_weights(), k3.model(1).get_weights()))
+
+
+@pytest.mark.parametrize("name", [n for n in registry.names() if n != "pss"])
+def test_every_strategy_trains_a_keras3_model_on_the_workers(cluster, name):
+    """Every registered strategy: the steps ran on the workers (the strategy's task log),
+    the weights moved and stayed finite, and ``optimizer.iterations`` counts the updates the
+    strategy's engine made (its rounds; every step for ASP)."""
+    import keras
+
+    strategy = registry.make(name, cluster.resolver)
+    with strategy.scope():
+        model = k3.model(1)
+        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), k3.loss())
+    before = [w.copy() for w in model.get_weights()]
+    steps = 2 * N
+    model.fit(k3.rows_fn(*k3.rows(64)), epochs=1, steps_per_epoch=steps, verbose=0)
+    tasks = strategy.monitor.tasks
+    assert len(tasks) == steps and {t.worker for t in tasks} <= set(range(N))
+    engine = strategy.engine
+    updates = steps if engine is None else engine.version
+    assert int(model.optimizer.iterations.numpy()) == updates > 0
+    after = model.get_weights()
+    assert all(np.isfinite(w).all() for w in after)
+    assert any(np.abs(a - b).max() > 0 for a, b in zip(after, before))
+
+
+def test_live_rebalancing_and_loss_scaling_are_refused_before_a_step(cluster):
+    """What a round does not do for Keras 3 yet: one line each, nothing scheduled."""
+    import keras
+
+    import tf_hetero
+    from tf_hetero.strategies.runtime.keras3.checks import Keras3PSError
+
+    data = k3.rows_fn(*k3.rows(64))
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with strategy.scope():
+        model = k3.model()
+        model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+                      k3.loss())
+    with pytest.raises(Keras3PSError, match=r"LossScaleOptimizer.*Fix: compile with the inner"):
+        model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
+    strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=True)
+    with strategy.scope():
+        model = k3.model()
+        model.compile(keras.optimizers.SGD(0.1), k3.loss())
+    with pytest.raises(Keras3PSError, match=r"rebalance.*Fix: drop rebalance"):
+        model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
+    assert not strategy.monitor.tasks and int(model.optimizer.iterations.numpy()) == 0
