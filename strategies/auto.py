@@ -30,6 +30,7 @@ it, so they are refused with the fix.
 
 from __future__ import annotations
 
+from tf_hetero import tfcompat
 from tf_hetero.policies.auto import AutoConfig
 from tf_hetero.strategies import config as configs
 from tf_hetero.strategies.base import HeteroStrategy, num_workers
@@ -75,6 +76,12 @@ class AutoStrategy(HeteroStrategy):
                 "with the gradient, so the gain of a larger batch (AdaScale) cannot be "
                 "applied. Fix: compile with tf_keras.optimizers.SGD (momentum allowed), or use "
                 "HPSStrategy with a learning rate for its round's batch.")
+        if tfcompat.keras3.lr_schedule(optimizer) is not None:
+            raise ValueError(
+                "AutoStrategy: the Keras 3 optimizer's learning rate is a schedule, which "
+                "AutoStrategy cannot yet advance by each update's gain (tf-hetero issue 50), "
+                "so it would not keep its meaning. Fix: a constant learning rate, or build "
+                "the model with tf_keras (import tf_keras as keras) to keep the schedule.")
         if optimizer is not None:  # a schedule moves on by each update's gain (AdaScale)
             from tf_hetero.strategies.runtime.schedule import install
 

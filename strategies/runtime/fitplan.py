@@ -38,7 +38,7 @@ from tf_hetero import tfcompat
 from tf_hetero.policies.lr import linear_advice
 
 __all__ = ["FitState", "state_of", "counted", "fit_model", "fits_handler", "install", "plan_line",
-           "note_plan", "take_plan"]
+           "note_plan", "note_fit", "take_plan"]
 
 
 @dataclasses.dataclass
@@ -115,9 +115,19 @@ def note_plan(strategy, handler) -> None:
     plan = tfcompat.keras.handler_plan(handler)
     if plan is None:
         return  # an unknown epoch length (a dataset without steps_per_epoch): no line
-    per_epoch, epochs, per_execution = plan
-    state_of(strategy).plan = dict(steps=per_epoch * epochs, epochs=epochs,
-                                   per_epoch=per_epoch, per_execution=max(1, per_execution))
+    note_fit(strategy, *plan)
+
+
+def note_fit(strategy, per_epoch: int, epochs: int, per_execution: int, model=None) -> None:
+    """Keeps a starting fit's plan (and its ``model``) for its first training task: the
+    fit-start line, :meth:`HeteroStrategy.fit_starts`. tf_keras's fits are noted from their
+    data handler (:func:`install`); the Keras 3 loop (``runtime/keras3/loop.py``) calls this
+    itself."""
+    state = state_of(strategy)
+    state.plan = dict(steps=per_epoch * epochs, epochs=epochs, per_epoch=per_epoch,
+                      per_execution=max(1, per_execution))
+    if model is not None:
+        state.model = weakref.ref(model)
 
 
 def take_plan(strategy):

@@ -101,7 +101,52 @@ def test_every_strategy_trains_a_keras3_model_on_the_workers(cluster, name):
     assert any(np.abs(a - b).max() > 0 for a, b in zip(after, before))
 
 
-def test_live_rebalancing_and_loss_scaling_are_refused_before_a_step(cluster):
+def test_a_keras3_fit_says_how_many_updates_it_makes_and_stops_when_it_diverges(cluster,
+                                                                               capsys):
+    """The fit-start line, as for tf_keras (the Keras 3 loop notes the fit's plan); at a
+    learning rate that diverges, the strategy's divergence stop ends the fit with its line."""
+    import keras
+
+    import tf_hetero
+
+    data = k3.rows_fn(*k3.rows(64))
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with strategy.scope():
+        model = k3.compiled(0.1)
+    model.fit(data, epochs=2, steps_per_epoch=3 * N, verbose=0)
+    out = capsys.readouterr().out
+    assert out.count("[tf-hetero] BSPStrategy: this fit runs 18 steps as 18 tasks and "
+                     "applies ~6 updates, one per round of 3 tasks") == 1, out
+    assert int(model.optimizer.iterations.numpy()) == 6
+    # Linear least squares: past lr ~ 1 / E[x^2] every step multiplies the error (as
+    # tests/strategies/test_diverge.py does with tf_keras).
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((k3.FEATURES,)),
+                                  keras.layers.Dense(1, kernel_initializer="zeros")])
+        model.compile(keras.optimizers.SGD(5.0), "mse")
+    with pytest.raises(tf_hetero.DivergenceError,
+                       match=r"^tf-hetero: training diverged: .*round \d+.*Fix: lower the "
+                             r"learning rate \(learning rate 5\)"):
+        model.fit(data, epochs=1, steps_per_epoch=60, verbose=0)
+
+
+@pytest.mark.parametrize("name", ["hps", "epsp"])
+def test_a_sized_strategy_evaluates_keras3_models_on_whole_batches(cluster, name):
+    """A sized strategy re-batches the data it distributes into granules of 8 rows; evaluation
+    data must keep the user's batch (32 rows here), or a step would read a quarter of it."""
+    x, y = k3.rows(4 * k3.B, seed=3)
+    strategy = registry.make(name, cluster.resolver)
+    with strategy.scope():
+        model = k3.compiled(0.1, seed=4)
+    reference = k3.compiled(0.1, seed=4)
+    want = reference.evaluate(x, y, batch_size=len(x), return_dict=True, verbose=0)
+    got = model.evaluate(k3.one_batch_fn(x, y), steps=2 * N, return_dict=True, verbose=0)
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+    assert got["accuracy"] == pytest.approx(want["accuracy"], abs=1e-6)
+
+
+def test_what_rounds_do_not_do_for_keras3_yet_is_refused_before_a_step(cluster):
     """What a round does not do for Keras 3 yet: one line each, nothing scheduled."""
     import keras
 
@@ -123,3 +168,13 @@ def test_live_rebalancing_and_loss_scaling_are_refused_before_a_step(cluster):
     with pytest.raises(Keras3PSError, match=r"rebalance.*Fix: drop rebalance"):
         model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
     assert not strategy.monitor.tasks and int(model.optimizer.iterations.numpy()) == 0
+    # AutoStrategy advances a tf_keras schedule by each update's gain; not yet a Keras 3 one.
+    strategy = tf_hetero.AutoStrategy(cluster.resolver)
+    with strategy.scope():
+        model = k3.model()
+        schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+        model.compile(keras.optimizers.SGD(schedule), k3.loss())
+    with pytest.raises(ValueError, match=r"^AutoStrategy: the Keras 3 optimizer's learning "
+                                         r"rate is a schedule.*Fix: a constant"):
+        model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 0

@@ -108,6 +108,18 @@ def tracked_variables(optimizer) -> list:
     return list(optimizer._trainable_variables)
 
 
+def lr_schedule(optimizer):
+    """The ``keras.optimizers.schedules.LearningRateSchedule`` a Keras 3 optimizer was made
+    with (``BaseOptimizer._learning_rate``; its ``learning_rate`` property returns the current
+    value), or ``None``: a constant rate, or not a Keras 3 optimizer."""
+    if "keras" not in sys.modules:
+        return None
+    from keras.optimizers.schedules import LearningRateSchedule
+
+    lr = getattr(optimizer, "_learning_rate", None)
+    return lr if isinstance(lr, LearningRateSchedule) else None
+
+
 def is_loss_scale_optimizer(optimizer) -> bool:
     """Is ``optimizer`` Keras 3's ``LossScaleOptimizer`` (k3/optimizers/loss_scale_optimizer.py:
     it skips a step with non-finite gradients inside an ``ops.cond`` around the inner

@@ -21,12 +21,24 @@ What cannot run is refused before anything is scheduled (:mod:`.checks`).
 
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
 from tf_hetero import tfcompat
+from tf_hetero.strategies.runtime import fitplan, granules
 from tf_hetero.strategies.runtime.keras3 import checks, data, functions
 
 __all__ = ["fit", "evaluate", "predict", "predict_on_batch"]
+
+
+def _whole_batches(strategy):
+    """Evaluation data in whole batches under a tf-hetero strategy: a sized one re-batches
+    the datasets it distributes into granules, and an evaluation step would read one granule
+    of each batch (``granules.whole_batches``; tf_keras's path does the same)."""
+    if fitplan.state_of(strategy) is None:
+        return contextlib.nullcontext()
+    return granules.whole_batches(strategy)
 
 
 def _coordinator(strategy):
@@ -106,10 +118,11 @@ def fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callba
     val = None
     if validation_data is not None:
         val_x, val_y, val_sw = _unpack(validation_data)
-        val = data.per_worker(coordinator, strategy, val_x, val_y, val_sw,
-                              validation_batch_size or batch_size,
-                              needed=int(validation_steps) * max(epochs, 1), method="fit",
-                              what="validation")
+        with _whole_batches(strategy):
+            val = data.per_worker(coordinator, strategy, val_x, val_y, val_sw,
+                                  validation_batch_size or batch_size,
+                                  needed=int(validation_steps) * max(epochs, 1), method="fit",
+                                  what="validation")
     _build(model, strategy, train.element_spec)
 
     callbacks = _callback_list(callbacks, model, verbose=verbose, epochs=epochs,
@@ -117,9 +130,13 @@ def fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callba
     model.stop_training = False
     fn = functions.train_function(model)
     callbacks.on_train_begin()
+    start = tfcompat.keras3.initial_epoch(model, initial_epoch)  # after BackupAndRestore's
+    if fitplan.state_of(strategy) is not None:  # a tf-hetero strategy: its fit-start line
+        fitplan.note_fit(strategy, steps_per_epoch, max(epochs - start, 0), per_execution,
+                         model=model)
     iterator = train.iterator()
     training_logs = None
-    for epoch in range(tfcompat.keras3.initial_epoch(model, initial_epoch), epochs):
+    for epoch in range(start, epochs):
         model.reset_metrics()
         callbacks.on_epoch_begin(epoch)
         last = _run(coordinator, fn, iterator, steps_per_epoch, per_execution, "training")
@@ -184,8 +201,9 @@ def evaluate(model, x=None, y=None, batch_size=None, verbose="auto", sample_weig
     if kwargs:
         raise ValueError(f"Arguments not recognized: {kwargs}")
     strategy, verbose, coordinator = _prepare(model, "evaluate", steps, verbose, callbacks)
-    worker_data = data.per_worker(coordinator, strategy, x, y, sample_weight, batch_size,
-                                  needed=int(steps), method="evaluate", what="evaluation")
+    with _whole_batches(strategy):
+        worker_data = data.per_worker(coordinator, strategy, x, y, sample_weight, batch_size,
+                                      needed=int(steps), method="evaluate", what="evaluation")
     _build(model, strategy, worker_data.element_spec)
     callbacks = _callback_list(callbacks, model, verbose=verbose, epochs=1, steps=int(steps))
     logs = _evaluate(model, coordinator, worker_data, int(steps), callbacks)
