@@ -49,8 +49,21 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
     def apply(self, grads, trainable_variables=None):  # Keras 3's BaseOptimizer.apply
         if trainable_variables is None:
             trainable_variables = tfcompat.keras3.tracked_variables(self)
-        return accumulate(self, [(g, tfcompat.keras3.inner_variable(v))
-                                 for g, v in zip(grads, trainable_variables) if g is not None])
+        try:
+            return accumulate(self, [(g, tfcompat.keras3.inner_variable(v))
+                                     for g, v in zip(grads, trainable_variables)
+                                     if g is not None])
+        finally:
+            record["loss"] = None  # the step's own (computing_loss): not the next step's
+
+    def computing_loss(original):
+        # Keras 3's train_step computes its loss with `_compute_loss`, then applies: the
+        # loss goes into the lane beside the gradients, as `minimize`'s does for tf_keras.
+        def _compute_loss(self, *args, **kwargs):
+            loss = original(self, *args, **kwargs)
+            record["loss"] = loss if isinstance(loss, tf.Tensor) else None
+            return loss
+        return _compute_loss
 
     def accumulate(self, grads_and_vars):
         if not grads_and_vars:
@@ -69,6 +82,8 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
         originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
         keras3 = tfcompat.keras3.loaded_optimizer_class()
         keras3_apply = keras3.__dict__["apply"] if keras3 is not None else None
+        trainer = tfcompat.keras3.loss_owner_class() if keras3 is not None else None
+        keras3_loss = trainer.__dict__["_compute_loss"] if trainer is not None else None
         # `minimize` is defined on a base of each (the new optimizer's `_BaseOptimizer`)
         owners = {next(k for k in cls.__mro__ if "minimize" in k.__dict__) for cls in classes}
         minimizers = {cls: cls.__dict__["minimize"] for cls in owners}
@@ -93,6 +108,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
                 cls.minimize = minimizing(fn)
             if keras3 is not None:
                 keras3.apply = apply
+                trainer._compute_loss = computing_loss(keras3_loss)
             with _watching_writes(record["writes"]):
                 yield record
         finally:
@@ -102,6 +118,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
                 cls.minimize = fn
             if keras3 is not None:
                 keras3.apply = keras3_apply
+                trainer._compute_loss = keras3_loss
 
 
 #: Variable methods that write a variable (a step must leave trainable ones to the optimizer).

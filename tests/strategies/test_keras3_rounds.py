@@ -103,8 +103,9 @@ def test_every_strategy_trains_a_keras3_model_on_the_workers(cluster, name):
 
 def test_a_keras3_fit_says_how_many_updates_it_makes_and_stops_when_it_diverges(cluster,
                                                                                capsys):
-    """The fit-start line, as for tf_keras (the Keras 3 loop notes the fit's plan); at a
-    learning rate that diverges, the strategy's divergence stop ends the fit with its line."""
+    """The fit-start line, as for tf_keras (the Keras 3 loop notes the fit's plan); each
+    round's loss; at a learning rate that diverges, the strategy's divergence stop ends the
+    fit with its line."""
     import keras
 
     import tf_hetero
@@ -118,6 +119,10 @@ def test_a_keras3_fit_says_how_many_updates_it_makes_and_stops_when_it_diverges(
     assert out.count("[tf-hetero] BSPStrategy: this fit runs 18 steps as 18 tasks and "
                      "applies ~6 updates, one per round of 3 tasks") == 1, out
     assert int(model.optimizer.iterations.numpy()) == 6
+    # Each round's apply reports its tasks' mean training loss (AutoStrategy's step ceiling
+    # reads it), as under tf_keras: Keras 3's step hands it over from `_compute_loss`.
+    losses = [r.info["gradient"].loss for r in strategy.engine.rounds if r.applied > 0]
+    assert len(losses) == 6 and all(0.1 < x < 10 for x in losses), losses
     # Linear least squares: past lr ~ 1 / E[x^2] every step multiplies the error (as
     # tests/strategies/test_diverge.py does with tf_keras).
     strategy = tf_hetero.BSPStrategy(cluster.resolver)

@@ -139,6 +139,9 @@ def test_the_optimizer_update_every_keras3_step_goes_through_and_its_variables()
         v.path for v in model.trainable_variables]
     assert K3.is_loss_scale_optimizer(keras.optimizers.LossScaleOptimizer(opt))
     assert not K3.is_loss_scale_optimizer(opt)
+    trainer = K3.loss_owner_class()
+    assert "_compute_loss" in vars(trainer) and isinstance(model, trainer)
+    assert "self._compute_loss(" in _inspect.getsource(TensorFlowTrainer.train_step)
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
     assert K3.lr_schedule(keras.optimizers.SGD(schedule)) is schedule
     assert K3.lr_schedule(opt) is None

@@ -102,6 +102,15 @@ def loaded_optimizer_class() -> type | None:
     return BaseOptimizer
 
 
+def loss_owner_class() -> type:
+    """``Trainer`` (k3/trainers/trainer.py), whose ``_compute_loss`` the TensorFlow trainer's
+    ``train_step`` calls for the step's loss (before ``optimizer.scale_loss``), as tf_keras's
+    ``train_step`` hands its loss to ``minimize``."""
+    from keras.src.trainers.trainer import Trainer
+
+    return Trainer
+
+
 def tracked_variables(optimizer) -> list:
     """The variables a built Keras 3 optimizer updates when ``apply`` is given gradients
     only (``BaseOptimizer._trainable_variables``)."""
