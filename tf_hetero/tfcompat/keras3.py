@@ -93,8 +93,9 @@ def loaded_optimizer_class() -> type | None:
     """``BaseOptimizer`` (k3/optimizers/base_optimizer.py), whose ``apply(grads,
     trainable_variables=None)`` every Keras 3 optimizer's update goes through (its
     ``apply_gradients``, which the TensorFlow trainer's ``train_step`` calls, calls it), or
-    ``None`` when this process has not imported Keras 3: a step that no Keras 3 model made
-    cannot call it, and tf_keras users never import it."""
+    ``None`` when this process has not imported Keras 3 (then no step can call it). The
+    installed TensorFlow imports Keras 3 with itself, so under tf_keras too this is the class:
+    replacing its ``apply`` during a trace leaves tf_keras's steps alone."""
     if "keras" not in sys.modules:
         return None
     from keras.src.optimizers.base_optimizer import BaseOptimizer
