@@ -1,8 +1,7 @@
 # Two commands (see README): `make demo` and `make test`. Each creates .venv and installs the
 # package with its pinned TensorFlow / tf_keras on first use. `make test-fast`: the tests that
 # start no cluster and take no seconds each (engine, policies, telemetry, config, codecs,
-# layers, doctests), on both cores; 23-24 s here (36.6 s before collection stopped importing
-# TensorFlow, same host and hour).
+# layers, doctests), on both cores; 23-33 s here, by the host's load.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin

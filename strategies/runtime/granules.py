@@ -12,12 +12,15 @@ on the round's whole batch).
 
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
 from tf_hetero import tfcompat
 from tf_hetero.strategies.runtime.fitplan import counted, fits_handler, state_of
 
-__all__ = ["granulate", "GranuleIterator", "install", "is_iterator", "whole_batches"]
+__all__ = ["granulate", "GranuleIterator", "install", "is_iterator", "whole_batches",
+           "for_evaluation"]
 
 
 def whole_batches(strategy):
@@ -26,6 +29,15 @@ def whole_batches(strategy):
     ``distribute_datasets_from_function`` / ``experimental_distribute_dataset``). For
     evaluation data: a step that is not a training task reads one element per ``next``."""
     return counted(strategy, "whole_batches")
+
+
+def for_evaluation(strategy):
+    """The block evaluation data (``evaluate``'s, ``fit``'s validation) is made in:
+    :func:`whole_batches` under a sized tf-hetero strategy, nothing under any other (tf_keras's
+    data handlers, :func:`install`; the Keras 3 loop, ``runtime/keras3/loop.py``)."""
+    if state_of(strategy) is None or strategy.config.granule is None:
+        return contextlib.nullcontext()
+    return whole_batches(strategy)
 
 
 def install() -> None:
@@ -43,11 +55,9 @@ def install() -> None:
 
 def _evaluation_in_whole_batches(original):
     def get_data_handler(*args, **kwargs):
-        strategy = getattr(kwargs.get("model"), "distribute_strategy", None)
-        if state_of(strategy) is None or strategy.config.granule is None \
-                or fits_handler(kwargs):
+        if fits_handler(kwargs):
             return original(*args, **kwargs)
-        with whole_batches(strategy):
+        with for_evaluation(getattr(kwargs.get("model"), "distribute_strategy", None)):
             return original(*args, **kwargs)
 
     return get_data_handler

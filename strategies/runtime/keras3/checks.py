@@ -48,8 +48,8 @@ def executions(steps: int, per_execution: int) -> list[int]:
 
 
 def check_strategy(strategy, tf_hetero_strategy: bool) -> None:
-    """One device per worker; under a tf-hetero strategy, none of what its rounds do not do
-    for Keras 3 yet (live rebalancing: a move carries tf_keras's optimizer slots only)."""
+    """One device per worker; under a tf-hetero strategy, no live rebalancing (a move carries
+    tf_keras's optimizer slots only, not a Keras 3 optimizer's)."""
     name = type(strategy).__name__
     if tf_hetero_strategy and getattr(strategy, "rebalancer", None) is not None:
         _refuse(f"{name}(rebalance=...) moves variables with their tf_keras optimizer slots; "

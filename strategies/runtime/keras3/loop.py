@@ -21,8 +21,6 @@ What cannot run is refused before anything is scheduled (:mod:`.checks`).
 
 from __future__ import annotations
 
-import contextlib
-
 import tensorflow as tf
 
 from tf_hetero import tfcompat
@@ -30,15 +28,6 @@ from tf_hetero.strategies.runtime import fitplan, granules
 from tf_hetero.strategies.runtime.keras3 import checks, data, functions
 
 __all__ = ["fit", "evaluate", "predict", "predict_on_batch"]
-
-
-def _whole_batches(strategy):
-    """Evaluation data in whole batches under a tf-hetero strategy: a sized one re-batches
-    the datasets it distributes into granules, and an evaluation step would read one granule
-    of each batch (``granules.whole_batches``; tf_keras's path does the same)."""
-    if fitplan.state_of(strategy) is None:
-        return contextlib.nullcontext()
-    return granules.whole_batches(strategy)
 
 
 def _coordinator(strategy):
@@ -118,7 +107,7 @@ def fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callba
     val = None
     if validation_data is not None:
         val_x, val_y, val_sw = _unpack(validation_data)
-        with _whole_batches(strategy):
+        with granules.for_evaluation(strategy):  # a sized strategy's granules: not for it
             val = data.per_worker(coordinator, strategy, val_x, val_y, val_sw,
                                   validation_batch_size or batch_size,
                                   needed=int(validation_steps) * max(epochs, 1), method="fit",
@@ -201,7 +190,7 @@ def evaluate(model, x=None, y=None, batch_size=None, verbose="auto", sample_weig
     if kwargs:
         raise ValueError(f"Arguments not recognized: {kwargs}")
     strategy, verbose, coordinator = _prepare(model, "evaluate", steps, verbose, callbacks)
-    with _whole_batches(strategy):
+    with granules.for_evaluation(strategy):
         worker_data = data.per_worker(coordinator, strategy, x, y, sample_weight, batch_size,
                                       needed=int(steps), method="evaluate", what="evaluation")
     _build(model, strategy, worker_data.element_spec)
