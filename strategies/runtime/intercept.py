@@ -76,7 +76,8 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
         with tf.control_dependencies([acc.accumulate(grads_and_vars, code, record["loss"])]):
             return tf.identity(iterations)  # no increment: iterations counts rounds
 
-    setattr(apply_gradients, DEFERS_UPDATE, True)  # its round applies: no emulated wait
+    for replacement in (apply_gradients, apply):  # its round applies: no emulated wait
+        setattr(replacement, DEFERS_UPDATE, True)
     with patch_lock:
         classes = tfcompat.keras.optimizer_classes()
         originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}

@@ -10,13 +10,16 @@ tests/strategies/test_stock_pss_keras3.py.
 
 from __future__ import annotations
 
+import io
+import threading
+
 import numpy as np
 import pytest
 
 from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
 from tf_hetero.strategies import registry
 
-from support import keras3 as k3
+from support import keras3 as k3, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -130,10 +133,15 @@ def test_a_keras3_fit_says_how_many_updates_it_makes_and_stops_when_it_diverges(
         model = keras.Sequential([keras.Input((k3.FEATURES,)),
                                   keras.layers.Dense(1, kernel_initializer="zeros")])
         model.compile(keras.optimizers.SGD(5.0), "mse")
+    progress = tf_hetero.Progress(interval_s=0.2, stream=io.StringIO())
     with pytest.raises(tf_hetero.DivergenceError,
                        match=r"^tf-hetero: training diverged: .*round \d+.*Fix: lower the "
                              r"learning rate \(learning rate 5\)"):
-        model.fit(data, epochs=1, steps_per_epoch=60, verbose=0)
+        model.fit(data, epochs=1, steps_per_epoch=60, verbose=0, callbacks=[progress])
+    # A fit that raises calls no on_train_end: tf_hetero.Progress (a tf_keras callback, which
+    # Keras 3's callback list takes) ends its thread once the Keras 3 loop's fit has returned.
+    assert wait_until(lambda: not [t for t in threading.enumerate()
+                                   if t.name == "tf-hetero-progress"], 5)
 
 
 @pytest.mark.parametrize("name", ["hps", "epsp"])
@@ -183,3 +191,41 @@ def test_what_rounds_do_not_do_for_keras3_yet_is_refused_before_a_step(cluster):
                                          r"rate is a schedule.*Fix: a constant"):
         model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == 0
+
+
+@pytest.mark.parametrize("name", ["pss", "bsp"])
+def test_tf_hetero_emulate_gives_keras3_steps_their_profile_device_link_and_ps_time(cluster,
+                                                                                      name):
+    """``tf_hetero.emulate`` on a Keras 3 model (what ``tf-hetero bench --keras 3`` runs):
+    each worker's steps are given the profile's device time plus its link's time for reading
+    every variable and pushing every gradient, sized from the Keras variables' ``tf.Variable``
+    s; the emulated PS tasks serve those bytes. A step that updates the variables itself
+    (stock PSS) waits for its device time before its update and times it; a round's step
+    (its update intercepted, applied by the round) does not. Counts, not wall times."""
+    import tensorflow as tf
+
+    import tf_hetero
+    from tf_hetero.emulation.ps import bytes_per_ps
+
+    strategy = (tf.distribute.ParameterServerStrategy(cluster.resolver) if name == "pss"
+                else registry.make(name, cluster.resolver))
+    with strategy.scope():
+        model = k3.compiled(0.1)
+    base_ms, mbps = 20, 2.0
+    device = tf_hetero.emulate(model, f"base_ms={base_ms};slow=2:3;link=1000,{mbps},1000;"
+                               "ps_mbps=50", strategy=strategy, batch_size=k3.B)
+    steps = 3 * N
+    model.fit(k3.rows_fn(*k3.rows(64)), epochs=1, steps_per_epoch=steps, verbose=0)
+    weights = sum(w.size * 4 for w in model.get_weights())  # every variable trainable, fp32
+    links = [2 * weights / (r * 1e6) * 1e3 for r in (1000, mbps, 1000)]  # read + push, ms
+    given = device.budget_ms_per_task()
+    assert given == pytest.approx([base_ms * f + ms for f, ms in zip((1, 1, 3), links)],
+                                  abs=0.01), given
+    held = bytes_per_ps(model.variables, 2)
+    assert sum(held) == weights and device.servers.read_bytes == held
+    assert device.servers.totals()["bytes"] == [steps * 2 * h for h in held]
+    try:
+        own_updates = [int(v.numpy()) for v in device.update_us.read_all()]
+    except AttributeError:  # no step used it: TF makes a per-worker variable's copies then
+        own_updates = []
+    assert any(own_updates) if name == "pss" else not any(own_updates), own_updates

@@ -20,20 +20,22 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     out = tmp_path / "b.json"
-    proc = cli("bench", "--strategies", "bsp,backup,hps,hpsint8,hps8", "--tasks", "40", "--steps-per-epoch", "40",
+    proc = cli("bench", "--strategies", "bsp,backup,hps,hpsint8,hps8,bsp+keras3", "--tasks", "40",
+               "--steps-per-epoch", "40",
                "--profile", "slow=3:3;base_ms=30", "--target-accuracy", "0.2", "--repeats", "2",
                "--json", str(out), env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = {r["strategy"]: r for r in report["results"]}
-    assert list(rows) == ["pss", "bsp", "backup", "hps", "hpsint8", "hps8"]  # reference first
+    assert list(rows) == ["pss", "bsp", "backup", "hps", "hpsint8", "hps8",
+                          "bsp+keras3"]  # reference first
     for r in rows.values():  # the same sample budget, whatever a task reads
         assert sum(r["samples_per_worker"]) == 40 * 32, (r["strategy"], r["samples_per_worker"])
     assert rows["hps8"]["rounds"] == 5 and rows["hps"]["rounds"] == 10
     grad = rows["pss"]["gradient_bytes_per_sample"]
     assert shutil.which("ss"), "traffic is measured with `ss` (iproute2); .ci/run installs it"
-    for name in ("pss", "bsp", "backup"):  # every micro-batch reads the model and pushes
-        r = rows[name]  # its gradient: measured on the sockets, never below the sizes
+    for name in ("pss", "bsp", "backup", "bsp+keras3"):  # each micro-batch reads the model,
+        r = rows[name]  # pushes its gradient: measured on the sockets, never below the sizes
         assert grad <= r["bytes_to_ps_per_sample"] < 3 * grad, (name, r["bytes_to_ps_per_sample"])
         assert grad <= r["bytes_from_ps_per_sample"] < 4 * grad, (name, r["bytes_from_ps_per_sample"])
         assert len(r["ps_bytes"]) == 2 and 1 <= r["ps_load_max_over_mean"] <= 2
@@ -54,7 +56,8 @@ def test_bench_runs_strategies_side_by_side_with_the_stock_reference(tmp_path):
         assert 0 < r["machine_busy"] <= 1
         spread = r["spread"]["samples_per_sec"]
         assert spread["min"] <= r["samples_per_sec"] <= spread["max"]
-    assert rows["bsp"]["rounds"] == 10 and rows["bsp"]["dropped_tasks"] == 0
+    for name in ("bsp", "bsp+keras3"):  # the Keras 3 model, trained in the same rounds
+        assert rows[name]["rounds"] == 10 and rows[name]["dropped_tasks"] == 0
     # Backup workers drop the late task of a round, mostly the slow worker's.
     dropped = [w for w, _, _, applied in rows["backup"]["timeline"] if not applied]
     assert dropped and dropped.count(3) > len(dropped) / 2

@@ -273,7 +273,11 @@ def _update_after_compute(device, model, flags):
         method = type(optimizer).apply_gradients
         grads_and_vars = list(grads_and_vars)
         grads = [g for g, _ in grads_and_vars if g is not None]
-        if getattr(method, DEFERS_UPDATE, False) or not grads:
+        # A round strategy's interception (strategies/runtime/intercept.py) replaces
+        # tf_keras's apply_gradients, or, for Keras 3, the `apply` its apply_gradients calls.
+        defers = getattr(method, DEFERS_UPDATE, False) or getattr(
+            getattr(type(optimizer), "apply", None), DEFERS_UPDATE, False)
+        if defers or not grads:
             return method(optimizer, grads_and_vars, *args, **kwargs)
         push_us = 0
         if device.emulated_link:
@@ -353,7 +357,7 @@ _STEP_HOOKS = _EmulatedStepHooks()
 
 
 def _bytes(variables) -> int:
-    return int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
+    return tfcompat.keras3.nbytes(variables)
 
 
 @contextlib.contextmanager
@@ -371,7 +375,8 @@ def emulate(model, profile=None, *, strategy=None, num_workers: int | None = Non
     """Makes ``model``'s training steps take the profile's emulated device time.
 
     Args:
-      model: a compiled or uncompiled tf_keras model built under ``strategy.scope()``.
+      model: a compiled or uncompiled tf_keras or Keras 3 model built under
+        ``strategy.scope()``.
       profile: a :class:`Profile`, an inline spec, a JSON path, or ``None`` for the profile
         that ``tf-hetero run --profile`` exported (``TF_HETERO_PROFILE``); uniform if unset.
       strategy: the strategy the model trains under (defaults to the current one); its

@@ -57,7 +57,7 @@ def _leaves(variables):
 def bytes_per_ps(variables, num_ps_tasks: int) -> list[int]:
     """Bytes of ``variables`` held by each PS task (variables on no PS are left out)."""
     out = [0] * num_ps_tasks
-    for v in _leaves(variables):
+    for v in _leaves(map(tfcompat.keras3.tf_variable, variables)):
         p = ps_index(getattr(v, "device", ""))
         if p is not None and p < num_ps_tasks:
             out[p] += int(v.shape.num_elements() * v.dtype.size)

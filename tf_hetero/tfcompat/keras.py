@@ -10,6 +10,7 @@ tf-hetero changes what tf_keras does only by wrapping these (each wrap once per 
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import threading
 from typing import Callable
@@ -77,15 +78,21 @@ def lr_schedule(optimizer):
 
 
 def calling_fit():
-    """``(thread id, frame)`` of the tf_keras ``fit`` call on this thread's stack
-    (``Model.fit`` in tk/engine/training.py), or ``None`` (e.g. a callback driven by
-    hand)."""
+    """``(thread id, frame)`` of the ``fit`` call on this thread's stack: tf_keras's
+    (``Model.fit`` in tk/engine/training.py) or, for a Keras 3 model on a PS cluster,
+    tf-hetero's Keras 3 loop (``strategies/runtime/keras3/loop.py``); ``None`` (e.g. a
+    callback driven by hand)."""
     frame = inspect.currentframe().f_back
     while frame is not None:
-        if frame.f_code.co_name == "fit" and "tf_keras" in frame.f_code.co_filename:
+        code = frame.f_code
+        if code.co_name == "fit" and ("tf_keras" in code.co_filename
+                                      or code.co_filename.endswith(_KERAS3_LOOP)):
             return threading.get_ident(), frame
         frame = frame.f_back
     return None
+
+
+_KERAS3_LOOP = os.path.join("runtime", "keras3", "loop.py")
 
 
 def fit_running(fit) -> bool:

@@ -32,7 +32,8 @@ from typing import Callable
 from tf_hetero.patching import wrap_once
 
 __all__ = ["version", "trainer_class", "wrap_trainer", "variable_class", "wrap_variable",
-           "inner_variable", "in_stateless_scope", "symbolic_build", "assert_compiled",
+           "inner_variable", "tf_variable", "nbytes", "in_stateless_scope", "symbolic_build",
+           "assert_compiled",
            "initial_epoch", "flatten_metrics", "pythonify_logs", "concat_predictions",
            "tf_dataset", "is_array_data", "overridden_hooks", "BATCH_HOOKS"]
 
@@ -87,6 +88,22 @@ def inner_variable(variable):
     initialization). Under ``ParameterServerStrategy`` it is the strategy's variable (a
     ``CachingVariable`` on a PS task)."""
     return variable._value
+
+
+def tf_variable(variable):
+    """The ``tf.Variable`` behind ``variable``: :func:`inner_variable` of a Keras 3 variable,
+    ``variable`` itself otherwise (a tf_keras model's variables are ``tf.Variable`` s). What
+    code sized or placed by TensorFlow's variables (``shape.num_elements()``, ``dtype.size``,
+    ``device``) reads for either Keras."""
+    if "keras" in sys.modules and isinstance(variable, variable_class()):
+        return inner_variable(variable)
+    return variable
+
+
+def nbytes(variables) -> int:
+    """Bytes of ``variables`` (tf_keras or Keras 3 ones; :func:`tf_variable`)."""
+    return int(sum(v.shape.num_elements() * v.dtype.size
+                   for v in map(tf_variable, variables)))
 
 
 def loaded_optimizer_class() -> type | None:

@@ -1,6 +1,6 @@
 """The configuration of ``tf-hetero bench`` (and of the demo's comparison and ``tf-hetero
 sim``, which take the bench's): :class:`BenchConfig`, checked before any cluster starts, and
-what follows from it alone (:func:`split_row`: a row's name, placement and rebalancing;
+what follows from it alone (:func:`split_row`: a row's name, placement, rebalancing and Keras;
 :func:`sized_rounds`; :func:`warm_up_tasks`).
 
 >>> cfg = BenchConfig(strategies=("bsp", "hps8"), workers=4, steps_per_epoch=400)
@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 from tf_hetero.data import PER_WORKER
 from tf_hetero.emulation.profile import Profile
 from tf_hetero.policies.placement import PLACEMENTS
 from tf_hetero.strategies import registry
 
-__all__ = ["BenchConfig", "split_row", "sized_rounds", "warm_up_tasks"]
+__all__ = ["BenchConfig", "RowSpec", "split_row", "sized_rounds", "warm_up_tasks"]
 
 
 @dataclasses.dataclass
@@ -115,21 +116,38 @@ class BenchConfig:
 
 
 
-def split_row(spec: str) -> tuple[str, str | None, bool]:
-    """``NAME[@PLACEMENT][+rebalance][#COPY]`` -> ``(NAME, PLACEMENT or None, rebalance)``.
+class RowSpec(NamedTuple):
+    """A bench row's settings (:func:`split_row`)."""
 
-    ``#COPY`` (a number) makes another row of the same settings: ``hps,hps#2`` runs H-PS
-    twice side by side, a control row whose spread says how large a difference between
-    rows of one run is noise (docs/MEASUREMENT.md).
+    base: str  # the registered strategy (with its variant suffix, e.g. ``hps8``)
+    placement: str | None  # ``balanced`` / ``round_robin``, or None: the strategy's own
+    rebalance: bool  # live rebalancing across PS tasks
+    keras3: bool  # the row's model is a Keras 3 one (``import keras``), not tf_keras's
 
-    >>> split_row("hps8@balanced"), split_row("pss"), split_row("bsp+rebalance")
-    (('hps8', 'balanced', False), ('pss', None, False), ('bsp', None, True))
-    >>> split_row("hps#2"), split_row("bsp@balanced+rebalance#3")
-    (('hps', None, False), ('bsp', 'balanced', True))
+
+#: A row's ``+SUFFIX`` settings.
+ROW_SUFFIXES = ("rebalance", "keras3")
+
+
+def split_row(spec: str) -> RowSpec:
+    """``NAME[@PLACEMENT][+rebalance][+keras3][#COPY]`` -> a :class:`RowSpec`.
+
+    ``+keras3`` trains the row's model with Keras 3 (``import keras``, on the cluster through
+    :func:`tf_hetero.keras3.enable`) instead of tf_keras: ``bsp,bsp+keras3`` runs BSP under
+    both side by side. ``#COPY`` (a number) makes another row of the same settings:
+    ``hps,hps#2`` runs H-PS twice side by side, a control row whose spread says how large a
+    difference between rows of one run is noise (docs/MEASUREMENT.md).
+
+    >>> tuple(split_row("hps8@balanced")), tuple(split_row("pss"))
+    (('hps8', 'balanced', False, False), ('pss', None, False, False))
+    >>> tuple(split_row("bsp+rebalance")), tuple(split_row("pss+keras3#2"))
+    (('bsp', None, True, False), ('pss', None, False, True))
+    >>> split_row("bsp@balanced+rebalance+keras3#3")
+    RowSpec(base='bsp', placement='balanced', rebalance=True, keras3=True)
     >>> split_row("bsp+fast")
     Traceback (most recent call last):
     ...
-    ValueError: bench row 'bsp+fast': suffix '+fast' is unknown. Fix: NAME+rebalance or NAME@balanced+rebalance.
+    ValueError: bench row 'bsp+fast': suffix '+fast' is unknown. Fix: NAME+rebalance, NAME+keras3 or both (NAME+rebalance+keras3).
     >>> split_row("hps#b")
     Traceback (most recent call last):
     ...
@@ -139,19 +157,21 @@ def split_row(spec: str) -> tuple[str, str | None, bool]:
     if hash_ and not copy.isdigit():
         raise ValueError(f"bench row {spec!r}: copy {copy!r} is not a number. Fix: NAME#2 for "
                          "a second row of NAME.")
-    head, plus, suffix = settings.partition("+")
-    if plus and suffix != "rebalance":
-        raise ValueError(f"bench row {spec!r}: suffix '+{suffix}' is unknown. Fix: "
-                         "NAME+rebalance or NAME@balanced+rebalance.")
+    head, *suffixes = settings.split("+")
+    for suffix in suffixes:
+        if suffix not in ROW_SUFFIXES or suffixes.count(suffix) > 1:
+            raise ValueError(f"bench row {spec!r}: suffix '+{suffix}' is unknown. Fix: "
+                             "NAME+rebalance, NAME+keras3 or both (NAME+rebalance+keras3).")
     base, sep, placement = head.partition("@")
     if sep and placement not in PLACEMENTS:
         raise ValueError(f"bench row {spec!r}: placement {placement!r} is unknown. Fix: "
                          f"NAME@balanced or NAME@round_robin ({', '.join(PLACEMENTS)}).")
-    if base == "pss" and (sep or plus):
+    rebalance = "rebalance" in suffixes
+    if base == "pss" and (sep or rebalance):
         raise ValueError(f"bench row {spec!r}: the stock ParameterServerStrategy places "
                          "variables round-robin only and never moves them. Fix: use a "
                          "tf-hetero strategy, e.g. asp@balanced or bsp+rebalance.")
-    return base, (placement if sep else None), bool(plus)
+    return RowSpec(base, placement if sep else None, rebalance, "keras3" in suffixes)
 
 
 def sized_rounds(cfg: BenchConfig) -> list[tuple[str, int]]:

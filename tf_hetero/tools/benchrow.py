@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from tf_hetero import data, models
+from tf_hetero import data, models, tfcompat
 from tf_hetero.emulation.profile import Profile
 from tf_hetero.policies import lr as lr_rule
 from tf_hetero.policies.diverge import DivergenceError
@@ -129,6 +129,7 @@ class _Row:
     spec: str
     placement: str | None
     rebalance: bool
+    keras3: bool  # a Keras 3 model (``+keras3``), not a tf_keras one
     strategy: object
     model: object
     stock: bool
@@ -153,9 +154,10 @@ class _Fit:
     stamps: tuple | None = None
 
 
-def keras_learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
-    """The SGD learning rate of a row as tf_keras takes it: the linear rule
-    (:func:`~tf_hetero.policies.lr.linear_rate`), ramped up linearly over
+def keras_learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0,
+                        keras3: bool = False):
+    """The SGD learning rate of a row as tf_keras (``keras3``: Keras 3) takes it: the linear
+    rule (:func:`~tf_hetero.policies.lr.linear_rate`), ramped up linearly over
     :func:`~tf_hetero.policies.lr.warmup_updates` updates when an update averages several
     micro-batches (:func:`~tf_hetero.policies.lr.warmup_schedule`, in TensorFlow ops).
 
@@ -169,7 +171,7 @@ def keras_learning_rate(cfg: BenchConfig, per_update: int, factor: float = 1.0):
     ramp_updates = lr_rule.warmup_updates(cfg.warmup_updates, per_update)
     if ramp_updates <= 1:
         return peak
-    import tf_keras as keras
+    keras = models.keras_module(keras3)
 
     class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
         def __call__(self, step):
@@ -189,11 +191,14 @@ def _make_row(spec: str, cluster, cfg: BenchConfig, profile: Profile, lr_factor:
     """Builds the row's strategy (its placement and rebalancing) and compiles its model;
     ``momentum`` other than ``cfg.momentum`` scales the rate by ``(1 - m) / (1 -
     cfg.momentum)`` (the same ``lr / (1 - m)``)."""
-    import tf_keras as keras
-
     from tf_hetero.strategies.base import HeteroStrategy
 
-    base, placement, rebalance = split_row(spec)
+    base, placement, rebalance, keras3 = split_row(spec)
+    keras = models.keras_module(keras3)
+    if keras3:  # Keras 3 fit on the cluster's workers (tf_hetero.keras3.enable; idempotent)
+        from tf_hetero.strategies.runtime import keras3 as keras3_on_ps
+
+        keras3_on_ps.install()
     # Stock PSS rows too (tf-hetero strategies install it themselves): the same input path
     # for every row, and rows kept alive to the end do not hold up the cluster's close.
     data.device_datasets_without_autotune()
@@ -211,13 +216,14 @@ def _make_row(spec: str, cluster, cfg: BenchConfig, profile: Profile, lr_factor:
     lr_factor_m = lr_factor * (1 - momentum) / (1 - cfg.momentum)
     with strategy.scope():
         model = models.build(cfg.model, input_shape=train.input_shape,
-                             num_classes=train.num_classes, seed=seed)
-        model.compile(keras.optimizers.SGD(keras_learning_rate(cfg, per_update, lr_factor_m),
+                             num_classes=train.num_classes, seed=seed, keras3=keras3)
+        model.compile(keras.optimizers.SGD(keras_learning_rate(cfg, per_update, lr_factor_m,
+                                                               keras3),
                                            momentum=momentum),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       steps_per_execution=k)
     peak_lr = lr_rule.linear_rate(cfg.base_lr, per_update, lr_factor_m)
-    return _Row(spec, placement, rebalance, strategy, model,
+    return _Row(spec, placement, rebalance, keras3, strategy, model,
                 stock=not isinstance(strategy, HeteroStrategy), granule=granule,
                 per_update=per_update, peak_lr=peak_lr, lr_factor=lr_factor,
                 momentum=momentum)
@@ -262,8 +268,6 @@ def _timed_fit(row: _Row, cfg: BenchConfig, train_fn, sampler: _AccuracySampler,
                task_log, meters: _Meters) -> _Fit:
     """The row's ``fit``, timed, with the accuracy sampled and the meters read around it.
     A divergence stop ends it measured (and marked); any other error ends the row."""
-    import tf_keras as keras
-
     from tf_hetero.callbacks import Progress
 
     meters.start()
@@ -272,7 +276,11 @@ def _timed_fit(row: _Row, cfg: BenchConfig, train_fn, sampler: _AccuracySampler,
     progress = Progress(5.0, task_log=task_log or TaskLog.for_strategy(row.strategy))
     stopped = None  # the divergence stop's line, if the row's fit stopped on it
     try:
-        row.model.fit(keras.utils.experimental.DatasetCreator(train_fn),
+        if row.keras3:  # Keras 3 on the cluster takes a dataset function as it is
+            train = train_fn
+        else:
+            train = models.keras_module().utils.experimental.DatasetCreator(train_fn)
+        row.model.fit(train,
                       epochs=cfg.tasks // cfg.steps_per_epoch,
                       steps_per_epoch=cfg.steps_per_epoch, verbose=0, callbacks=[progress])
     except DivergenceError as e:  # the row is measured up to the stop, and marked
@@ -345,8 +353,7 @@ def _row_figures(row: _Row, cfg: BenchConfig, profile: Profile, records, fit: _F
         # over the fit (telemetry/cpu.py; None for an in-process cluster).
         **cpu_figures(fit.cpu, computed),
         # For reference: one gradient (= the trainable variables), bytes per sample.
-        "gradient_bytes_per_sample": sum(v.shape.num_elements() * v.dtype.size
-                                         for v in trainable) / cfg.batch_size,
+        "gradient_bytes_per_sample": tfcompat.keras3.nbytes(trainable) / cfg.batch_size,
         "rounds": rounds,
         "tasks": len(records),  # scheduled closures (steps_per_execution micro-batches each)
         "applied_tasks": applied,

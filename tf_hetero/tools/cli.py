@@ -361,7 +361,8 @@ def _bench_parser(sub, common, strategy_help: str) -> None:
                            parents=[common])
     bench.add_argument("--strategies", default="pss,asp,bsp,backup,ssp",
                        help="comma-separated (pss is always run); NAME@balanced: load-aware "
-                       "placement; NAME+rebalance: live rebalancing across PS tasks; NAME#2: a second "
+                       "placement; NAME+rebalance: live rebalancing across PS tasks; NAME+keras3: the "
+                       "row's model in Keras 3 (import keras), not tf_keras; NAME#2: a second "
                        "row of the same settings (a control); " + strategy_help)
     bench.add_argument("--workers", type=int, default=4)
     bench.add_argument("--ps", type=int, default=2)
