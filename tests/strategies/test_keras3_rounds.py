@@ -174,12 +174,6 @@ def test_what_rounds_do_not_do_for_keras3_yet_is_refused_before_a_step(cluster):
                       k3.loss())
     with pytest.raises(Keras3PSError, match=r"LossScaleOptimizer.*Fix: compile with the inner"):
         model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
-    strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=True)
-    with strategy.scope():
-        model = k3.model()
-        model.compile(keras.optimizers.SGD(0.1), k3.loss())
-    with pytest.raises(Keras3PSError, match=r"rebalance.*Fix: drop rebalance"):
-        model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
     assert not strategy.monitor.tasks and int(model.optimizer.iterations.numpy()) == 0
     # AutoStrategy advances a tf_keras schedule by each update's gain; not yet a Keras 3 one.
     strategy = tf_hetero.AutoStrategy(cluster.resolver)
@@ -191,6 +185,50 @@ def test_what_rounds_do_not_do_for_keras3_yet_is_refused_before_a_step(cluster):
                                          r"rate is a schedule.*Fix: a constant"):
         model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == 0
+
+
+@pytest.mark.parametrize("opt", ["sgd_momentum", "adam"])
+def test_a_live_move_carries_a_keras3_optimizers_slots_and_loses_nothing(cluster, opt):
+    """BSP with live rebalancing: after 2 of 4 rounds the controller moves one kernel off the
+    PS holding both; the Keras 3 model, its optimizer's slots and ``iterations`` still equal
+    4 large-batch steps, and the kernel's slots moved with it (without the Keras 3 branch of
+    ``tfcompat.variables.optimizer_slots`` they stay behind: the next apply reads them from
+    the old PS task)."""
+    import keras
+
+    import tf_hetero
+    from tf_hetero.policies.placement import ps_index
+    from tf_hetero.policies.rebalance import RebalanceConfig, RebalanceController
+    from tf_hetero.tfcompat.keras3 import tf_variable
+
+    x, y = k3.rows(N * k3.B, seed=5)
+    controller = RebalanceController(RebalanceConfig(window=2, explore=0.0, skip_first=0))
+    strategy = tf_hetero.BSPStrategy(cluster.resolver, rebalance=controller)
+    with strategy.scope():
+        model = k3.model(1)
+        model.compile(OPTIMIZERS[opt](keras), k3.loss())
+    before = [tf_variable(v).device for v in model.trainable_variables]
+    rounds = 4
+    model.fit(_worker_blocks(x, y), epochs=1, steps_per_epoch=rounds * N, verbose=0)
+    (move,) = strategy.rebalancer.moves
+    _, _, src, dst, _ = move
+    after = [tf_variable(v).device for v in model.trainable_variables]
+    (moved,) = [i for i, (b, a) in enumerate(zip(before, after)) if b != a]
+    assert (ps_index(before[moved]), ps_index(after[moved])) == (src, dst)
+    optimizer = model.optimizer
+    kinds = ["momentums"] if opt == "sgd_momentum" else ["_momentums", "_velocities"]
+    index = optimizer._get_variable_index(model.trainable_variables[moved])
+    slots = [getattr(optimizer, kind)[index] for kind in kinds]
+    assert [ps_index(tf_variable(s).device) for s in slots] == [dst] * len(kinds)
+    reference = k3.model(1)
+    reference.compile(OPTIMIZERS[opt](keras), k3.loss())
+    for _ in range(rounds):
+        reference.train_on_batch(x, y)
+    assert int(optimizer.iterations.numpy()) == rounds
+    for got, want in zip(model.get_weights() + [v.numpy() for v in optimizer.variables],
+                         reference.get_weights()
+                         + [v.numpy() for v in reference.optimizer.variables]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["pss", "bsp"])
@@ -229,3 +267,61 @@ def test_tf_hetero_emulate_gives_keras3_steps_their_profile_device_link_and_ps_t
     except AttributeError:  # no step used it: TF makes a per-worker variable's copies then
         own_updates = []
     assert any(own_updates) if name == "pss" else not any(own_updates), own_updates
+
+
+def test_keras3_callbacks_and_saving_work_under_a_round_strategy(cluster, tmp_path):
+    """Issue 50, Stage 3, under BSP: Keras 3's epoch-level callbacks see the rounds' epochs
+    (ReduceLROnPlateau lowers the rate the rounds' apply reads, EarlyStopping ends the fit,
+    CSVLogger and TensorBoard record the logs with tf-hetero's MonitorLogs keys, ModelCheckpoint
+    saves ``.keras`` and ``.weights.h5``), and a model saved after training on the cluster loads
+    in a plain process equal to it."""
+    import glob
+
+    import keras
+
+    import tf_hetero
+
+    x, y = k3.rows(64, seed=6)
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with strategy.scope():
+        model = k3.compiled(0.1)
+    # After the first epoch (an improvement on infinity) no epoch improves on loss by 100:
+    # the rate halves at the end of each, and the fit stops once patience 2 runs out (at the
+    # end of epoch 3 of 6).
+    callbacks = [tf_hetero.MonitorLogs(strategy),
+                 keras.callbacks.ReduceLROnPlateau("loss", factor=0.5, patience=0,
+                                                   min_delta=100.0, cooldown=0),
+                 keras.callbacks.EarlyStopping("loss", patience=2, min_delta=100.0),
+                 keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
+                 keras.callbacks.TensorBoard(str(tmp_path / "tb"), write_graph=False),
+                 keras.callbacks.ModelCheckpoint(str(tmp_path / "m.keras")),
+                 keras.callbacks.ModelCheckpoint(str(tmp_path / "w.weights.h5"),
+                                                 save_weights_only=True),
+                 tf_hetero.Progress(interval_s=60, stream=io.StringIO())]
+    history = model.fit(k3.rows_fn(x, y), epochs=6, steps_per_epoch=2 * N, verbose=0,
+                        callbacks=callbacks)
+    assert len(history.history["loss"]) == 3  # EarlyStopping
+    assert int(model.optimizer.iterations.numpy()) == 3 * 2  # rounds
+    assert history.history["learning_rate"] == pytest.approx([0.1, 0.1, 0.05])
+    assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(0.025)
+    rows = (tmp_path / "log.csv").read_text().splitlines()
+    assert len(rows) == 4 and "tf_hetero/rounds" in rows[0].split(","), rows[0]
+    events = glob.glob(str(tmp_path / "tb" / "train" / "events.out.tfevents.*"))
+    assert events and _tensorboard_tags(events[0]) >= {"epoch_loss", "epoch_tf_hetero/rounds"}
+    for path in (tmp_path / "m.keras", tmp_path / "w.weights.h5"):
+        assert path.exists()
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"))
+    model.save(str(tmp_path / "after.keras"))
+    after = keras.models.load_model(str(tmp_path / "after.keras"))
+    for a, b in zip(after.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(after.predict(x, verbose=0), model(x).numpy(), atol=1e-6)
+    # The checkpoint of the last epoch is the trained model too.
+    for a, b in zip(loaded.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def _tensorboard_tags(path) -> set:
+    import tensorflow as tf
+
+    return {v.tag for e in tf.compat.v1.train.summary_iterator(path) for v in e.summary.value}

@@ -236,6 +236,15 @@ def _refusal_cases():
                 other.fit(k3.rows_fn(*k3.rows(64)), epochs=1, steps_per_epoch=4, verbose=0)
         return run
 
+    def tensorboard(**kwargs):
+        def run(strategy, model, keras):
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as log_dir:
+                fit(callbacks=[keras.callbacks.TensorBoard(log_dir, **kwargs)])(
+                    strategy, model, keras)
+        return run
+
     def batch_callback(strategy, model, keras):
         class Printer(keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
@@ -291,6 +300,9 @@ def _refusal_cases():
         "steps_per_epoch=None": (fit(steps_per_epoch=None), "steps_per_epoch=N"),
         "verbose=1": (fit(verbose=1), "verbose=2"),
         "batch callback": (batch_callback, "remove Printer"),
+        "TensorBoard's defaults": (tensorboard(), "write_graph=False"),
+        "TensorBoard per batch": (tensorboard(write_graph=False, update_freq="batch"),
+                                  "TensorBoard(log_dir, update_freq='epoch')"),
         "validation without steps": (fit(validation_data=k3.rows_fn(*k3.rows(16))),
                                      "validation_steps=N"),
         "validation_split": (fit(x=k3.rows(64)[0], y=k3.rows(64)[1], validation_split=0.25),

@@ -118,6 +118,37 @@ def test_the_batch_hooks_a_callback_overrides_are_found(tmp_path):
         keras.callbacks.LambdaCallback(on_train_batch_end=print)) == ["on_train_batch_end"]
 
 
+def test_tensorboard_profiling_is_seen(tmp_path):
+    assert not K3.tensorboard_profiles(keras.callbacks.TensorBoard(str(tmp_path), profile_batch=0))
+    assert K3.tensorboard_profiles(keras.callbacks.TensorBoard(str(tmp_path), profile_batch=2))
+    assert K3.tensorboard_profiles(keras.callbacks.TensorBoard(str(tmp_path),
+                                                               profile_batch=(2, 4)))
+
+
+def test_a_keras3_variable_is_sized_and_its_slots_found_by_the_tf_variable_it_holds():
+    """``tf_variable``/``nbytes`` read the ``tf.Variable`` a Keras variable holds (a tf
+    variable is its own); ``optimizer_slots`` finds a built optimizer's slots of a variable,
+    given the Keras variable or its ``tf.Variable``, in the lists aligned with
+    ``_trainable_variables`` (SGD's ``momentums``, Adam's two)."""
+    model = k3.model()
+    kernel = model.trainable_variables[0]
+    inner = K3.tf_variable(kernel)
+    assert isinstance(inner, tf.Variable) and inner is K3.inner_variable(kernel)
+    assert K3.tf_variable(inner) is inner
+    assert K3.nbytes(model.trainable_variables) == sum(w.size * 4 for w in model.get_weights())
+    assert K3.nbytes([inner]) == K3.nbytes([kernel]) == kernel.numpy().size * 4
+    for opt, kinds in ((keras.optimizers.SGD(0.1, momentum=0.9), ["momentums"]),
+                       (keras.optimizers.Adam(), ["_momentums", "_velocities"]),
+                       (keras.optimizers.SGD(0.1), [])):
+        assert K3.is_optimizer(opt)
+        opt.build(model.trainable_variables)
+        want = [K3.tf_variable(getattr(opt, kind)[0]) for kind in kinds]
+        assert K3.optimizer_slots(opt, kernel) == K3.optimizer_slots(opt, inner) == want
+        assert all(w.shape == inner.shape for w in want)
+    other = tf.Variable(1.0)
+    assert K3.optimizer_slots(opt, other) == [] and not K3.is_optimizer(object())
+
+
 def test_the_optimizer_update_every_keras3_step_goes_through_and_its_variables():
     """``apply`` of ``BaseOptimizer`` is what ``apply_gradients`` (which the TensorFlow
     trainer's ``train_step`` calls) and custom steps call (the step tracer replaces it while

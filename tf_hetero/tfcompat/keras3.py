@@ -32,10 +32,12 @@ from typing import Callable
 from tf_hetero.patching import wrap_once
 
 __all__ = ["version", "trainer_class", "wrap_trainer", "variable_class", "wrap_variable",
-           "inner_variable", "tf_variable", "nbytes", "in_stateless_scope", "symbolic_build",
+           "inner_variable", "tf_variable", "nbytes", "is_optimizer", "optimizer_slots",
+           "in_stateless_scope", "symbolic_build",
            "assert_compiled",
            "initial_epoch", "flatten_metrics", "pythonify_logs", "concat_predictions",
-           "tf_dataset", "is_array_data", "overridden_hooks", "BATCH_HOOKS"]
+           "tf_dataset", "is_array_data", "overridden_hooks", "tensorboard_profiles",
+           "BATCH_HOOKS"]
 
 # pylint: disable=protected-access
 
@@ -104,6 +106,41 @@ def nbytes(variables) -> int:
     """Bytes of ``variables`` (tf_keras or Keras 3 ones; :func:`tf_variable`)."""
     return int(sum(v.shape.num_elements() * v.dtype.size
                    for v in map(tf_variable, variables)))
+
+
+def is_optimizer(optimizer) -> bool:
+    """Is ``optimizer`` a Keras 3 one (``BaseOptimizer``)?"""
+    base = loaded_optimizer_class()
+    return base is not None and isinstance(optimizer, base)
+
+
+def optimizer_slots(optimizer, variable) -> list:
+    """The ``tf.Variable`` s of the slots a Keras 3 optimizer keeps for ``variable`` (a Keras
+    variable or the ``tf.Variable`` it holds); ``[]`` if it has none for it. A built
+    optimizer keeps each kind of slot in a list aligned with ``_trainable_variables``
+    (``momentums`` of SGD, ``_momentums`` and ``_velocities`` of Adam; ``None`` where a
+    variable needs none, ``overwrite_with_gradient``), found by ``_get_variable_index``
+    (k3/optimizers/base_optimizer.py; keyed by the ``tf.Variable`` 's ``_unique_id``,
+    k3/backend/tensorflow/optimizer.py ``_var_key``, which a PS variable's wrapper keeps
+    across a move)."""
+    trained = getattr(optimizer, "_trainable_variables", None)
+    if not trained or optimizer._var_key(variable) not in optimizer._trainable_variables_indices:
+        return []
+    i = optimizer._get_variable_index(variable)
+    keras_variable = variable_class()
+    out = []
+    for value in vars(optimizer).values():
+        if (isinstance(value, list) and value is not trained and len(value) == len(trained)
+                and all(s is None or isinstance(s, keras_variable) for s in value)
+                and value[i] is not None):
+            out.append(inner_variable(value[i]))
+    return out
+
+
+def tensorboard_profiles(callback) -> bool:
+    """Does a Keras 3 ``TensorBoard`` profile some batches (``profile_batch``: its
+    ``_should_trace``, k3/callbacks/tensorboard.py ``_init_profile_batch``)?"""
+    return bool(getattr(callback, "_should_trace", False))
 
 
 def loaded_optimizer_class() -> type | None:

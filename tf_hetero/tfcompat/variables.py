@@ -83,7 +83,12 @@ def resource_variable(value, like):
 def optimizer_slots(optimizer, variable) -> list:
     """The slot variables ``optimizer`` keeps for ``variable``: a tf_keras optimizer's slot
     lists aligned with ``_index_dict`` (keyed by ``_var_key``), a legacy ``OptimizerV2``'s
-    ``_slots[_var_key(variable)]``; ``[]`` if it has none for it."""
+    ``_slots[_var_key(variable)]``, a Keras 3 optimizer's (:func:`tf_hetero.tfcompat.keras3.
+    optimizer_slots`); ``[]`` if it has none for it."""
+    from tf_hetero.tfcompat import keras3
+
+    if keras3.is_optimizer(optimizer):
+        return keras3.optimizer_slots(optimizer, variable)
     out = []
     index = getattr(optimizer, "_index_dict", None)
     if index is not None:

@@ -19,7 +19,7 @@ from tf_hetero.emulation.profile import Profile
 from tf_hetero.policies.placement import PLACEMENTS
 from tf_hetero.strategies import registry
 
-__all__ = ["BenchConfig", "RowSpec", "split_row", "sized_rounds", "warm_up_tasks"]
+__all__ = ["BenchConfig", "RowSpec", "split_row", "in_keras3", "sized_rounds", "warm_up_tasks"]
 
 
 @dataclasses.dataclass
@@ -172,6 +172,21 @@ def split_row(spec: str) -> RowSpec:
                          "variables round-robin only and never moves them. Fix: use a "
                          "tf-hetero strategy, e.g. asp@balanced or bsp+rebalance.")
     return RowSpec(base, placement if sep else None, rebalance, "keras3" in suffixes)
+
+
+def in_keras3(rows) -> tuple:
+    """Every row with its model in Keras 3 (``+keras3`` added where missing; ``--keras 3``).
+
+    >>> in_keras3(["pss", "hps@balanced#2", "bsp+keras3"])
+    ('pss+keras3', 'hps@balanced+keras3#2', 'bsp+keras3')
+    """
+    out = []
+    for row in rows:
+        settings, hash_, copy = row.partition("#")
+        if not split_row(row).keras3:
+            settings += "+keras3"
+        out.append(settings + hash_ + copy)
+    return tuple(out)
 
 
 def sized_rounds(cfg: BenchConfig) -> list[tuple[str, int]]:

@@ -166,18 +166,30 @@ def _stop_group(proc: subprocess.Popen) -> None:
     _signal_group(proc, signal.SIGKILL)  # grandchildren left in the group
 
 
+def _rows(args) -> tuple:
+    """The rows of ``--strategies``, each in Keras 3 with ``--keras 3``."""
+    from tf_hetero.tools.benchconfig import in_keras3
+
+    rows = tuple(args.strategies.split(","))
+    return in_keras3(rows) if args.keras == 3 else rows
+
+
 def cmd_demo(args) -> int:
     from tf_hetero.tools.demo import DemoConfig, compare_config, run_comparison, run_demo
 
     try:
         if args.strategy:  # one strategy in detail
+            if args.keras == 3:
+                raise ValueError(f"demo --strategy {args.strategy} --keras 3: the one-strategy "
+                                 "view trains tf_keras models only. Fix: drop --strategy (the "
+                                 "comparison runs its rows in Keras 3), or drop --keras 3.")
             cfg = DemoConfig(workers=args.workers, ps=args.ps, profile=args.profile,
                              model=args.model, epochs=args.epochs,
                              steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size,
                              out_dir=args.out_dir, processes=not args.in_process,
                              strategy=args.strategy)
         else:  # the strategies side by side, on the benchmark's settings
-            cfg = compare_config(args.strategies.split(","), workers=args.workers, ps=args.ps,
+            cfg = compare_config(_rows(args), workers=args.workers, ps=args.ps,
                                  profile=args.profile, model=args.model, tasks=args.tasks,
                                  steps_per_epoch=args.steps_per_epoch,
                                  batch_size=args.batch_size, out_dir=args.out_dir)
@@ -203,6 +215,10 @@ def cmd_tfconfig(args) -> int:
     return 0
 
 
+#: ``--keras``: the comparison's rows in tf_keras (2) or Keras 3 (3).
+KERAS_HELP = ("3: every row's model in Keras 3 (import keras; NAME+keras3), beside the "
+              "reference row pss in tf_keras; 2: tf_keras (the default)")
+
 #: ``--lr-grid``: learning rates tried per strategy, as factors of the linear rule.
 LR_GRID = (0.5, 1.0, 2.0)
 #: ``--lr-grid``: stock PSS's momenta too (``lr / (1 - m)`` held at each factor's value).
@@ -219,8 +235,8 @@ def cmd_bench(args) -> int:
     from tf_hetero.tools.benchconfig import BenchConfig
     from tf_hetero.tools.scenarios import load_scenarios, run_scenarios
 
-    strategies = tuple(args.strategies.split(","))
     try:
+        strategies = _rows(args)
         if args.scenario:
             scenarios = load_scenarios(args.scenario, args.scenario_dir)
         else:
@@ -324,6 +340,7 @@ def _demo_parser(sub, common, strategy_help: str) -> None:
     demo.add_argument("--strategy", default=None,
                       help="show this one strategy in detail instead; " + strategy_help)
     demo.add_argument("--model", default="mlp", choices=sorted(models.MODELS))
+    demo.add_argument("--keras", type=int, default=2, choices=(2, 3), help=KERAS_HELP)
     demo.add_argument("--tasks", type=int, default=400,
                       help="comparison: sample budget in micro-batches")
     demo.add_argument("--epochs", type=int, default=4, help="--strategy: epochs")
@@ -368,6 +385,7 @@ def _bench_parser(sub, common, strategy_help: str) -> None:
     bench.add_argument("--ps", type=int, default=2)
     bench.add_argument("--profile", default="slow=3:4")
     bench.add_argument("--model", default="mlp", choices=sorted(models.MODELS))
+    bench.add_argument("--keras", type=int, default=2, choices=(2, 3), help=KERAS_HELP)
     bench.add_argument("--dataset", default="digits",
                        help="offline: digits (quick), mnist1d (with --model cnn1d: batch size "
                             "matters); or a tensorflow-datasets name (needs internet)")

@@ -53,7 +53,7 @@ def _checked_strategy(model):
 
     strategy = model.distribute_strategy
     ours = state_of(strategy) is not None
-    checks.check_strategy(strategy, ours)
+    checks.check_strategy(strategy)
     if ours:
         checks.check_round_optimizer(getattr(model, "optimizer", None), type(strategy).__name__)
 

@@ -47,15 +47,8 @@ def executions(steps: int, per_execution: int) -> list[int]:
     return [int(per_execution)] * full + ([rest] if rest else [])
 
 
-def check_strategy(strategy, tf_hetero_strategy: bool) -> None:
-    """One device per worker; under a tf-hetero strategy, no live rebalancing (a move carries
-    tf_keras's optimizer slots only, not a Keras 3 optimizer's)."""
-    name = type(strategy).__name__
-    if tf_hetero_strategy and getattr(strategy, "rebalancer", None) is not None:
-        _refuse(f"{name}(rebalance=...) moves variables with their tf_keras optimizer slots; "
-                "a Keras 3 optimizer's slots would stay behind (tf-hetero issue 50).",
-                f"drop rebalance (strategy.set_rebalance(None)), or build the model with "
-                f"tf_keras (import tf_keras as keras) to rebalance it under {name}.")
+def check_strategy(strategy) -> None:
+    """One device per worker."""
     replicas = int(strategy.num_replicas_in_sync)
     if replicas != 1:
         _refuse(f"workers with several devices each (num_replicas_in_sync={replicas}) are not "
@@ -127,10 +120,38 @@ def check_model(model, method: str) -> None:
                 "drop gradient_accumulation_steps (raise the batch size instead).")
 
 
+def _keras_class(callback, name: str) -> bool:
+    """Is ``callback`` Keras's own ``name`` (or a subclass of it)?"""
+    return any(c.__name__ == name and c.__module__.startswith("keras")
+               for c in type(callback).__mro__)
+
+
+def _check_tensorboard(callback) -> None:
+    """Keras 3's ``TensorBoard`` writes per epoch from its epoch hooks; its batch hooks only
+    count batches unless it writes per batch, profiles batches, times steps or writes the
+    train graph (at the first batch's end, from a ``tf.function`` the PS loop does not
+    have): each of those is refused, so nothing it was asked for goes unwritten."""
+    asked = []
+    if callback.update_freq != "epoch":
+        asked.append((f"update_freq={callback.update_freq!r}", "update_freq='epoch'"))
+    if tfcompat.keras3.tensorboard_profiles(callback):
+        asked.append(("profile_batch (a profile of some batches)", "profile_batch=0"))
+    if callback.write_steps_per_second:
+        asked.append(("write_steps_per_second=True", "write_steps_per_second=False"))
+    if callback.write_graph:
+        asked.append(("write_graph=True (the default)", "write_graph=False"))
+    if asked:
+        _refuse(f"TensorBoard with {', '.join(a for a, _ in asked)} writes at batch ends, "
+                "but the batches run on the workers and only epoch-level hooks are called; "
+                "per epoch it writes the logs (and histograms, embeddings) as usual.",
+                f"TensorBoard(log_dir, {', '.join(f for _, f in asked)}).")
+
+
 def check_callbacks(callbacks, method: str, validation: bool = False) -> None:
     """Callbacks with batch-level hooks: they need every step's logs on the chief, and the PS
     loop calls no batch hook. ``ModelCheckpoint`` and ``BackupAndRestore`` saving once per
-    epoch (their default) and the progress bar at ``verbose=2`` only have no-op ones."""
+    epoch (their default), ``TensorBoard`` writing once per epoch (:func:`_check_tensorboard`)
+    and the progress bar at ``verbose=2`` only have no-op ones."""
     hooks = {"fit": ("on_batch_begin", "on_batch_end", "on_train_batch_begin",
                      "on_train_batch_end"),
              "evaluate": ("on_test_batch_begin", "on_test_batch_end"),
@@ -141,13 +162,15 @@ def check_callbacks(callbacks, method: str, validation: bool = False) -> None:
         name = type(callback).__name__
         if name == "ProgbarLogger":
             continue  # verbose=1 is refused before; at 2 its batch hooks print nothing
-        if name in _EPOCH_SAVERS and any(c.__name__ == name and c.__module__.startswith("keras")
-                                         for c in type(callback).__mro__):
+        if name in _EPOCH_SAVERS and _keras_class(callback, name):
             freq = getattr(callback, "save_freq", "epoch")
             if freq != "epoch":
                 _refuse(f"{name}(save_freq={freq!r}) saves every {freq} batches, but a "
                         "batch's end is only known on the worker that ran it.",
                         f"{name}(save_freq='epoch').")
+            continue
+        if name == "TensorBoard" and _keras_class(callback, name):
+            _check_tensorboard(callback)
             continue
         found = tfcompat.keras3.overridden_hooks(callback, hooks)
         if found:
