@@ -112,3 +112,11 @@ def test_comparison_output_has_no_tensorflow_log_lines(comparison):
     noise = [line for line in (proc.stdout + proc.stderr).splitlines() if TF_LOG_LINE.search(line)]
     assert not noise, noise[:5]
     assert not proc.stderr.strip(), proc.stderr[-2000:]
+
+
+def test_the_one_strategy_view_refuses_keras3_with_the_fix():
+    """``--keras 3`` runs the comparison's rows in Keras 3; the one-strategy view trains
+    tf_keras models only, so the flag there is refused, not ignored."""
+    proc = cli("demo", "--strategy", "hps", "--keras", "3")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--keras 3" in proc.stderr and "Fix: drop --strategy" in proc.stderr, proc.stderr
