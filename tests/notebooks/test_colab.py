@@ -13,7 +13,7 @@ import pytest
 from support import REPO
 
 NOTEBOOKS = ("quickstart.ipynb", "epsp.ipynb", "hps.ipynb", "grouped.ipynb", "casp.ipynb",
-             "psld.ipynb")
+             "psld.ipynb", "keras3.ipynb")
 
 #: Runs a cell's code in IPython, as a notebook would, with ``google.colab`` importable.
 RUN_CELL = """

@@ -30,6 +30,8 @@ SMALL = {
                   "EPOCHS = 2\nSTEPS_PER_EPOCH = 36\nBATCH_SIZE = 16\n",
     # 15 rounds of 3 workers, a decision every 3: the two 32 KB kernels move off the slow
     # PS before the first round (decision 0, on the probed service rates).
+    "keras3.ipynb": 'WORKERS = 3\nPS = 1\nPROFILE = "slow=2:3;base_ms=30"\nEPOCHS = 1\n'
+                    "STEPS_PER_EPOCH = 24\nBATCH_SIZE = 16\n",
     "psld.ipynb": 'WORKERS = 3\nPROFILE = "base_ms=30;ps_mbps=4;ps_slow=1:3"\nWINDOW = 3\n'
                   'STRATEGIES = ["round_robin", "rebalance", "balanced"]\nEPOCHS = 1\n'
                   "STEPS_PER_EPOCH = 45\nBATCH_SIZE = 32\n",
