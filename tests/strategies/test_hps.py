@@ -16,21 +16,34 @@ pytestmark = pytest.mark.cluster
 N, B = 3, 8
 
 
-def _model():
-    import tf_keras as keras
+def _keras(keras3: bool):
+    if keras3:
+        import keras
+    else:
+        import tf_keras as keras
+    return keras
 
-    return keras.Sequential([
-        keras.layers.Dense(4, activation="tanh", input_shape=(5,),
+
+def _model(keras3: bool = False):
+    """The test model, tf_keras's or (``keras3``) Keras 3's (``tf_hetero.keras3.enable()``):
+    the same layers and seeded initializers."""
+    keras = _keras(keras3)
+    first = [keras.Input((5,))] if keras3 else []
+    return keras.Sequential(first + [
+        keras.layers.Dense(4, activation="tanh", **({} if keras3 else {"input_shape": (5,)}),
                            kernel_initializer=keras.initializers.GlorotUniform(1)),
         keras.layers.Dense(3, kernel_initializer=keras.initializers.GlorotUniform(2))])
 
 
-def _fit(strategy, tasks, lr=0.1, seed=0, profile=None):
+def _fit(strategy, tasks, lr=0.1, seed=0, profile=None, keras3=False):
     """Worker w's j-th micro-batch is block (j, w) of fixed data; returns the model and data."""
     import tensorflow as tf
-    import tf_keras as keras
 
     import tf_hetero
+
+    keras = _keras(keras3)
+    if keras3:
+        tf_hetero.keras3.enable()
 
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(tasks, N, B, 5)).astype("float32")
@@ -43,13 +56,13 @@ def _fit(strategy, tasks, lr=0.1, seed=0, profile=None):
         return without_autotune(ds)
 
     with strategy.scope():
-        model = _model()
+        model = _model(keras3)
         model.compile(keras.optimizers.SGD(lr),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     if profile:
         tf_hetero.emulate(model, profile, strategy=strategy)
-    model.fit(keras.utils.experimental.DatasetCreator(fn), epochs=1, steps_per_epoch=tasks,
-              verbose=0)
+    model.fit(fn if keras3 else keras.utils.experimental.DatasetCreator(fn), epochs=1,
+              steps_per_epoch=tasks, verbose=0)
     return model, x, y
 
 
@@ -74,12 +87,14 @@ def _assert_equals_large_batch_sgd(model, engine, x, y, atol, lr=0.1):
         np.testing.assert_allclose(got, want, atol=atol)
 
 
-def test_strict_rounds_equal_large_batch_sgd_with_one_push_per_worker(cluster):
+@pytest.mark.parametrize("keras3", [False, True], ids=["tf_keras", "keras3"])
+def test_strict_rounds_equal_large_batch_sgd_with_one_push_per_worker(cluster, keras3):
+    """(A Keras 3 model too: the same layers and initializers, so the same reference.)"""
     import tf_hetero
 
     rounds, per_round = 4, 7
     strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=per_round)
-    model, x, y = _fit(strategy, rounds * per_round)
+    model, x, y = _fit(strategy, rounds * per_round, keras3=keras3)
     engine = strategy.engine
     _assert_equals_large_batch_sgd(model, engine, x, y, atol=1e-5)
     assert [r.applied for r in engine.rounds] == [per_round] * rounds
@@ -142,16 +157,17 @@ def test_pipelined_rounds_apply_the_previous_rounds_gradients_and_lose_none(clus
     assert stale == {True: {0}, False: {1}}
 
 
-@pytest.mark.parametrize("codec, ratio", [("fp16", 1e-3), ("int8", 0.01), ("int4", 0.1)])
-def test_quantized_pushes_shrink_bytes_and_track_the_exact_update(cluster, codec, ratio):
+@pytest.mark.parametrize("codec, ratio, keras3", [("fp16", 1e-3, False), ("int8", 0.01, False),
+                                                  ("int4", 0.1, False), ("int8", 0.01, True)])
+def test_quantized_pushes_shrink_bytes_and_track_the_exact_update(cluster, codec, ratio, keras3):
     """The weights land near the exact large-batch result: the distance to it is a small
     fraction (``ratio``) of the distance the exact updates moved them (a run whose pushes
-    applied nothing would be at ratio 1)."""
+    applied nothing would be at ratio 1); a Keras 3 model's too (int8)."""
     import tf_hetero
 
     rounds, per_round = 6, 6
     strategy = tf_hetero.HPSStrategy(cluster.resolver, round_tasks=per_round, quantize=codec)
-    model, x, y = _fit(strategy, rounds * per_round, lr=0.5)
+    model, x, y = _fit(strategy, rounds * per_round, lr=0.5, keras3=keras3)
     engine = strategy.engine
     exact = _large_batch_reference(engine, x, y, lr=0.5)
     initial = _model().get_weights()
