@@ -70,6 +70,9 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         self._async_errors = 0  # errors that reached the user, without an engine (ASP)
         #: The fit (:attr:`errors_reached_user`) whose error to the user was the end of the data.
         self.ran_out_in = None
+        #: How many times the end of the data reached the user (Keras caught it and ended its
+        #: fit early): a fit that returns after one more raises (errors.install).
+        self.data_ran_out = 0
         # Every training step's loss: a diverging or collapsed fit stops (runtime/divergence.py).
         # (A strategy that switches to asynchronous steps may apply a step's NaN itself.)
         self.losses = LossWatch(self, applied_on_worker=(
@@ -260,6 +263,7 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         end of the data is remembered for that fit's fetches (:meth:`_wrap_fetch`)."""
         if isinstance(error, tf.errors.OutOfRangeError):
             self.ran_out_in = self.errors_reached_user
+            self.data_ran_out += 1
         # Counted before the queue's error is cleared (workers.py)
         if self.engine is not None:
             self.engine.clear_error()  # its generation moves on
@@ -268,11 +272,18 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         tfcompat.coordinator.queue_of(self).clear_error()
 
 
+_RAN_OUT_FIX = ("Fix: end the dataset with .repeat() and let steps_per_epoch set the epoch's "
+                "length, or pass a steps_per_epoch no larger than the batches each worker's "
+                "dataset holds.")
 RAN_OUT = ("tf-hetero: this step did not run: the training data ran out before it (a "
            "worker's dataset ended, and TF cancelled the steps queued after that; Keras "
-           "warned \"Your input ran out of data\"). Fix: end the dataset with .repeat() and "
-           "let steps_per_epoch set the epoch's length, or pass a steps_per_epoch no larger "
-           "than the batches each worker's dataset holds.")
+           "warned \"Your input ran out of data\"). " + _RAN_OUT_FIX)
+#: What a fit that Keras ended early at the end of the data raises once it returns (when the
+#: step whose logs Keras fetched last had run, :data:`RAN_OUT` is not raised by the fetch).
+RAN_OUT_FIT = ("tf-hetero: the training data ran out during this fit: a worker's dataset "
+               "ended before the epoch's steps_per_epoch steps, TF cancelled the steps queued "
+               "after it and Keras ended the fit early (\"Your input ran out of data\"). "
+               + _RAN_OUT_FIX)
 
 
 def shutdown(strategy) -> None:

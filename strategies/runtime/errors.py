@@ -79,14 +79,31 @@ def install() -> None:
         wrap_once(tf_keras.Model, name, _translating)
 
 
+def _data_ran_out(strategy) -> int:
+    """How many times the end of the data reached the user through ``strategy``'s
+    coordinator (``HeteroCoordinator.data_ran_out``; 0 before it has one)."""
+    return getattr(tfcompat.coordinator.coordinator_of(strategy), "data_ran_out", 0)
+
+
 def _translating(original):
     @functools.wraps(original)
     def call(self, *args, **kwargs):
+        strategy = tfvars.model_variables_strategy(self)
+        ours = fitplan.state_of(strategy) is not None
+        ran_out = _data_ran_out(strategy) if ours else 0
         try:
-            return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs)
         except Exception as e:  # pylint: disable=broad-except
-            if fitplan.state_of(tfvars.model_variables_strategy(self)) is None:
+            if not ours:
                 raise  # not a tf-hetero strategy's model: stock behaviour
             _raise_translated(e)
+        # Keras ends a fit early when the data runs out and, when the step whose logs it
+        # fetches last had run, returns as if it had finished (with a warning): the
+        # strategy raises instead, whichever step Keras fetched.
+        if ours and original.__name__ == "fit" and _data_ran_out(strategy) > ran_out:
+            from tf_hetero.strategies.runtime.coordinator import RAN_OUT_FIT
+
+            raise tf.errors.OutOfRangeError(None, None, RAN_OUT_FIT)
+        return result
 
     return call
