@@ -252,7 +252,7 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
             except tf.errors.CancelledError as e:
                 if this is None or this.ran_out_in != fit:
                     raise
-                raise tf.errors.OutOfRangeError(None, None, RAN_OUT) from e
+                raise tf.errors.OutOfRangeError(None, None, errors.RAN_OUT) from e
 
         tfcompat.coordinator.wrap_remote_wait(
             remote_value, lambda original: functools.partial(wait_and_maybe_error, original))
@@ -270,20 +270,6 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         else:
             self._async_errors += 1
         tfcompat.coordinator.queue_of(self).clear_error()
-
-
-_RAN_OUT_FIX = ("Fix: end the dataset with .repeat() and let steps_per_epoch set the epoch's "
-                "length, or pass a steps_per_epoch no larger than the batches each worker's "
-                "dataset holds.")
-RAN_OUT = ("tf-hetero: this step did not run: the training data ran out before it (a "
-           "worker's dataset ended, and TF cancelled the steps queued after that; Keras "
-           "warned \"Your input ran out of data\"). " + _RAN_OUT_FIX)
-#: What a fit that Keras ended early at the end of the data raises once it returns (when the
-#: step whose logs Keras fetched last had run, :data:`RAN_OUT` is not raised by the fetch).
-RAN_OUT_FIT = ("tf-hetero: the training data ran out during this fit: a worker's dataset "
-               "ended before the epoch's steps_per_epoch steps, TF cancelled the steps queued "
-               "after it and Keras ended the fit early (\"Your input ran out of data\"). "
-               + _RAN_OUT_FIX)
 
 
 def shutdown(strategy) -> None:

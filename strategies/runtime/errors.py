@@ -12,7 +12,22 @@ from tf_hetero.patching import wrap_once
 from tf_hetero.strategies.runtime import fitplan
 from tf_hetero.tfcompat import variables as tfvars
 
-__all__ = ["ParameterServerError", "translate", "translated", "fail_fit", "install"]
+__all__ = ["ParameterServerError", "RAN_OUT", "RAN_OUT_FIT", "translate", "translated", "fail_fit",
+           "install"]
+
+
+_RAN_OUT_FIX = ("Fix: end the dataset with .repeat() and let steps_per_epoch set the epoch's "
+                "length, or pass a steps_per_epoch no larger than the batches each worker's "
+                "dataset holds.")
+RAN_OUT = ("tf-hetero: this step did not run: the training data ran out before it (a "
+           "worker's dataset ended, and TF cancelled the steps queued after that; Keras "
+           "warned \"Your input ran out of data\"). " + _RAN_OUT_FIX)
+#: What a fit that Keras ended early at the end of the data raises once it returns (when the
+#: step whose logs Keras fetched last had run, :data:`RAN_OUT` is not raised by the fetch).
+RAN_OUT_FIT = ("tf-hetero: the training data ran out during this fit: a worker's dataset "
+               "ended before the epoch's steps_per_epoch steps, TF cancelled the steps queued "
+               "after it and Keras ended the fit early (\"Your input ran out of data\"). "
+               + _RAN_OUT_FIX)
 
 
 class ParameterServerError(RuntimeError):
@@ -101,8 +116,6 @@ def _translating(original):
         # fetches last had run, returns as if it had finished (with a warning): the
         # strategy raises instead, whichever step Keras fetched.
         if ours and original.__name__ == "fit" and _data_ran_out(strategy) > ran_out:
-            from tf_hetero.strategies.runtime.coordinator import RAN_OUT_FIT
-
             raise tf.errors.OutOfRangeError(None, None, RAN_OUT_FIT)
         return result
 
