@@ -15,7 +15,7 @@ import pytest
 
 from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
 
-from support import fit
+from support import fit, keras3 as k3
 from support.fit import B, N, ROUNDS
 
 pytestmark = pytest.mark.cluster
@@ -233,8 +233,10 @@ def _assert_each_logical_task_applied_at_most_once(engine):
             assert len(applied) <= 1, (t, t.twin)  # a transferred task counts once
 
 
-def test_epsp_enforced_without_stragglers_equals_large_batch_sgd(cluster, data):
-    """Tasks are pulled, so which batches a round holds is read back from the engine."""
+@pytest.mark.parametrize("keras3", [False, True], ids=["tf_keras", "keras3"])
+def test_epsp_enforced_without_stragglers_equals_large_batch_sgd(cluster, data, keras3):
+    """Tasks are pulled, so which batches a round holds is read back from the engine. (A Keras
+    3 model too: the same layers and seeded initializers, so the same tf_keras reference.)"""
     import tf_keras as keras
 
     import tf_hetero
@@ -243,9 +245,17 @@ def test_epsp_enforced_without_stragglers_equals_large_batch_sgd(cluster, data):
     # No transfer: a copy would read a batch of its own worker (the case is covered below).
     strategy = tf_hetero.EPSPStrategy(cluster.resolver, sync="enforced", transfer_factor=None,
                                       round_tasks=N)
-    with strategy.scope():
-        model = fit.model()
-        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), fit.loss())
+    if keras3:
+        import keras as keras_3
+
+        tf_hetero.keras3.enable()
+        with strategy.scope():
+            model = k3.model(1)
+            model.compile(keras_3.optimizers.SGD(0.1, momentum=0.9), k3.loss())
+    else:
+        with strategy.scope():
+            model = fit.model()
+            model.compile(keras.optimizers.SGD(0.1, momentum=0.9), fit.loss())
     # Every worker reads the same stream; its j-th task uses block j.
     blocks_x = x.reshape(ROUNDS * N, B, 5)
     blocks_y = y.reshape(ROUNDS * N, B)
@@ -255,8 +265,8 @@ def test_epsp_enforced_without_stragglers_equals_large_batch_sgd(cluster, data):
 
         return without_autotune(tf.data.Dataset.from_tensor_slices((blocks_x, blocks_y)))
 
-    model.fit(keras.utils.experimental.DatasetCreator(same_stream), epochs=1,
-              steps_per_epoch=N * ROUNDS, verbose=0)
+    model.fit(same_stream if keras3 else keras.utils.experimental.DatasetCreator(same_stream),
+              epochs=1, steps_per_epoch=N * ROUNDS, verbose=0)
     engine = strategy.engine
     # Every task that ran consumed a batch of its worker, applied or not.
     order = sorted((t for t in _copies(engine) if t.worker is not None and not t.stale),
