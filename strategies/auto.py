@@ -69,7 +69,10 @@ class AutoStrategy(HeteroStrategy):
 
     def fit_starts(self, model) -> None:
         optimizer = getattr(model, "optimizer", None)
-        name = type(optimizer).__name__ if optimizer is not None else None
+        # A Keras 3 LossScaleOptimizer's step is its inner optimizer's, unscaled
+        stepper = (optimizer.inner_optimizer if tfcompat.keras3.is_loss_scale_optimizer(optimizer)
+                   else optimizer)
+        name = type(stepper).__name__ if optimizer is not None else None
         if name is not None and name not in _SCALED:
             raise ValueError(
                 f"AutoStrategy: the model's optimizer is {name}, whose step does not scale "

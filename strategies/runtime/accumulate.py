@@ -76,6 +76,7 @@ import contextlib
 
 import tensorflow as tf
 
+from tf_hetero import tfcompat
 from tf_hetero.engine import OVERWRITE
 from tf_hetero.strategies.runtime.taskcode import LANE_CODE, decode_code, decode_size
 
@@ -309,9 +310,13 @@ class Accumulators:
         variable's mean goes to the optimizer as ``IndexedSlices`` of the rows the included
         lanes wrote (unique, sorted), as a stock step on the concatenated batch passes
         ``IndexedSlices``. Returns ``[micro-batches it
-        contains, global norm of the mean gradient, GRADIENT_STATS...]`` (float64); a gradient
-        that is not finite goes in as zeros (the weights stay finite; a momentum optimizer
-        still moves once) and the engine stops training (:mod:`tf_hetero.policies.diverge`).
+        contains, global norm of the mean gradient, GRADIENT_STATS..., skipped]`` (float64);
+        a gradient that is not finite goes in as zeros (the weights stay finite; a momentum
+        optimizer still moves once) and the engine stops training
+        (:mod:`tf_hetero.policies.diverge`), except under a Keras 3 ``LossScaleOptimizer``,
+        which gets it as it is, skips the round and lowers its scale (``skipped`` 1).
+        Norms and statistics are of the unscaled mean when the step scaled its loss
+        (:func:`tf_hetero.tfcompat.keras3.loss_scale`).
 
         The gradient statistics (:class:`~tf_hetero.policies.noise.GradientSample`) are of
         the round's own lanes (weight 1) and its dense variables: the units in them, how many
@@ -326,10 +331,21 @@ class Accumulators:
         schedule = getattr(optimizer, "_tf_hetero_schedule", None)  # runtime/schedule.py
         tau_extra = schedule.extra if schedule is not None else None
         sparse = [self._mode.get(i) == "sparse" for i in range(len(self.acc))]
+        # A Keras 3 step that scaled its loss pushed scaled gradients; their mean is unscaled
+        # here for the norm, the clip and the noise statistics, and scaled back for the
+        # optimizer's `apply`, which unscales it. A LossScaleOptimizer's `apply` also decides
+        # whether the round's update is made: a non-finite mean goes to it as it is, and it
+        # skips the round and halves its scale, as it would skip a local step.
+        loss_scale = tfcompat.keras3.loss_scale(optimizer)
+        skips = tfcompat.keras3.is_loss_scale_optimizer(optimizer)
 
         @tf.function
         def apply_fn(weights, expected, scale, max_norm):
             def step():
+                back = tf.constant(1.0) if loss_scale is None else tf.cast(loss_scale,
+                                                                           tf.float32)
+                gain = scale / back  # the mean's factor: the update scale, the loss scale
+                unscale_sq = tf.cast(1.0 / (back * back), tf.float64)
                 valid = weights * tf.cast(tf.equal(self.tags, expected), weights.dtype)
                 counts = tf.cast(self.counts, weights.dtype)
                 n = tf.reduce_sum(valid * counts)  # the engine applies only with work (n > 0)
@@ -345,19 +361,24 @@ class Accumulators:
                 for i, acc in enumerate(self.acc):
                     with tf.device(acc.device):
                         w = tf.cast(tf.transpose(valid), acc.dtype)  # [slot, lane]
+                        if skips and not sparse[i]:
+                            # A lane left out (weight 0) may hold a skipped round's NaN,
+                            # and 0 x NaN is NaN: only the included lanes are read.
+                            acc = tf.where(_column(w > 0, acc.shape.rank - 2), acc,
+                                           tf.zeros_like(acc))
                         if not sparse[i]:
                             mean_sq, per_lane = _lane_stats(acc, tf.transpose(own),
                                                             tf.transpose(counts), n_own)
-                            own_sq.append(mean_sq)
-                            lane_sq.append(per_lane)
+                            own_sq.append(mean_sq * unscale_sq)
+                            lane_sq.append(per_lane * unscale_sq)
                         if sparse[i]:
-                            g = self._sparse_mean(i, w, tf.transpose(self.gens), n, scale)
+                            g = self._sparse_mean(i, w, tf.transpose(self.gens), n, gain)
                             squares.append(tf.cast(tf.reduce_sum(tf.square(g.values)),
                                                    tf.float64))
                         else:
                             total = tf.tensordot(w, acc, axes=[[0, 1], [0, 1]])
                             g = (total / tf.cast(tf.maximum(n, 1e-6), acc.dtype)
-                                 * tf.cast(scale, acc.dtype))
+                                 * tf.cast(gain, acc.dtype))
                             squares.append(tf.cast(tf.reduce_sum(tf.square(g)), tf.float64))
                         grads.append(g)
                 norm = tf.sqrt(tf.add_n(squares))
@@ -375,14 +396,21 @@ class Accumulators:
                 kept = []
                 for acc, g in zip(self.acc, grads):
                     with tf.device(acc.device):
-                        c = tf.cast(clip, acc.dtype)
-                        if isinstance(g, tf.IndexedSlices):
-                            kept.append(tf.IndexedSlices(
-                                tf.where(finite, g.values * c, tf.zeros_like(g.values)),
-                                g.indices, g.dense_shape))
-                        else:
-                            kept.append(tf.where(finite, g * c, tf.zeros_like(g)))
+                        c = tf.cast(clip, acc.dtype) * tf.cast(back, acc.dtype)
+                        values = g.values if isinstance(g, tf.IndexedSlices) else g
+                        values = (values * c if skips else
+                                  tf.where(finite, values * c, tf.zeros_like(values)))
+                        kept.append(tf.IndexedSlices(values, g.indices, g.dense_shape)
+                                    if isinstance(g, tf.IndexedSlices) else values)
                 grads = kept
+                # 1: the LossScaleOptimizer skips the round (its check: every value it gets
+                # finite; `check_finite`, k3/optimizers/loss_scale_optimizer.py)
+                skipped = tf.constant(0.0, tf.float64)
+                if skips:
+                    skipped = tf.cast(tf.logical_not(tf.reduce_all(tf.stack([
+                        tf.reduce_all(tf.math.is_finite(
+                            g.values if isinstance(g, tf.IndexedSlices) else g))
+                        for g in grads]))), tf.float64)
                 zero = tf.constant(0.0, tf.float64)
                 with tf.device(self.losses.device):
                     own64 = tf.cast(own, tf.float64)
@@ -399,7 +427,7 @@ class Accumulators:
                     with tf.control_dependencies(done):
                         done = [tau_extra.assign_add(tf.cast(scale, tau_extra.dtype) - 1.0)]
                 with tf.control_dependencies(done):
-                    return tf.stack([tf.cast(applied, tf.float64), norm] + stats)
+                    return tf.stack([tf.cast(applied, tf.float64), norm] + stats + [skipped])
 
             return strategy.run(step)
 
@@ -419,7 +447,10 @@ class Accumulators:
         touched = tf.where(tf.reduce_any(row_w > 0, axis=[0, 1]))[:, 0]  # sorted, unique
         row_w = tf.gather(row_w, touched, axis=2)  # [slot, lane, k]
         picked = tf.gather(acc, touched, axis=2)  # [slot, lane, k, *row shape]
-        total = tf.reduce_sum(_column(row_w, acc.shape.rank - 3) * picked, axis=[0, 1])
+        row_w = _column(row_w, acc.shape.rank - 3)
+        # a row left out may hold a skipped round's NaN (LossScaleOptimizer): 0 x NaN is NaN
+        picked = tf.where(row_w > 0, picked, tf.zeros_like(picked))
+        total = tf.reduce_sum(row_w * picked, axis=[0, 1])
         dense_shape = tf.constant(self.variables[i].shape.as_list(), tf.int64)
         g = total / tf.cast(tf.maximum(n, 1e-6), acc.dtype) * tf.cast(scale, acc.dtype)
         return tf.IndexedSlices(g, touched, dense_shape)

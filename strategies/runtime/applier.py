@@ -84,14 +84,20 @@ def _loop(ref, work, timings) -> None:
         try:
             with coordinator.strategy.scope():
                 called = time.perf_counter()
-                applied, norm, *stats = (float(v) for v in fn(*args).numpy())
+                applied, norm, *stats, skipped = (float(v) for v in fn(*args).numpy())
                 timings.append((round_id, submitted, called, time.perf_counter()))
         except Exception as e:  # pylint: disable=broad-except
             engine.fail(translate(e))  # e.g. a PS went away: the user gets the clear error
         else:
             try:
-                engine.apply_finished(round_id, int(round(applied)), grad_norm=norm,
-                                      gradient=GradientSample(*stats))
+                if skipped:  # a LossScaleOptimizer skipped it: no update, no finding
+                    engine.apply_finished(round_id, 0)
+                    if engine.monitor:
+                        engine.monitor.on_event("round_skipped", round=round_id,
+                                                why="loss scale: non-finite gradient")
+                else:
+                    engine.apply_finished(round_id, int(round(applied)), grad_norm=norm,
+                                          gradient=GradientSample(*stats))
             except Exception as e:  # pylint: disable=broad-except
                 # A fault of ours past the apply must still end the fit: a dead apply
                 # thread would leave every later round waiting for its apply.

@@ -153,15 +153,16 @@ class ClosureDispatcher:
 
         @tf.function
         def fn(weights, expected, scale, max_norm):
-            # Each: [micro-batches, gradient norm, units, lanes, mean_sq, lane_sq, loss]
-            # (accumulate.GRADIENT_STATS). The accumulators share the round's lanes, so
-            # counts come from the first; squared norms add up over the variables; the
-            # loss is the first set's (the one its step's `minimize` was given).
+            # Each: [micro-batches, gradient norm, units, lanes, mean_sq, lane_sq, loss,
+            # skipped] (accumulate.GRADIENT_STATS). The accumulators share the round's
+            # lanes, so counts come from the first; squared norms add up over the
+            # variables; the loss is the first set's (the one its step's `minimize` was
+            # given); a LossScaleOptimizer's skip is a skip of the round.
             out = [f(weights, expected, scale, max_norm) for f in fns]
             norm = tf.sqrt(tf.add_n([o[1] ** 2 for o in out]))
             return tf.stack([out[0][0], norm, out[0][2], out[0][3],
                              tf.add_n([o[4] for o in out]), tf.add_n([o[5] for o in out]),
-                             out[0][6]])
+                             out[0][6], tf.reduce_max(tf.stack([o[7] for o in out]))])
 
         self.coordinator.trace(fn, args)
         self._apply_fns[accumulators] = fn

@@ -1,7 +1,7 @@
 """The trace-time switch that makes a training step fill the round's accumulators: while a
 step is traced under :func:`accumulating`, ``apply_gradients`` of every tf_keras optimizer
-class (and ``apply`` of Keras 3's ``BaseOptimizer``, when Keras 3 is loaded) adds the step's
-gradients to the round's accumulators instead of updating the variables
+class (and ``apply`` of Keras 3's ``BaseOptimizer`` and ``LossScaleOptimizer``, when Keras 3
+is loaded) adds the step's gradients to the round's accumulators instead of updating the variables
 (:mod:`~tf_hetero.strategies.runtime.accumulate`, step 1 of its docstring), and a direct write
 of a trainable variable (which would bypass the round) is recorded so that the tracer can
 refuse the step.
@@ -83,6 +83,12 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
         originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
         keras3 = tfcompat.keras3.loaded_optimizer_class()
         keras3_apply = keras3.__dict__["apply"] if keras3 is not None else None
+        # A LossScaleOptimizer overrides `apply` (its inner optimizer's runs in a tf.cond,
+        # where the accumulation cannot go): its step pushes the scaled gradients, and the
+        # round's apply hands their mean to the LossScaleOptimizer's own `apply`, which
+        # unscales them, or skips the round and lowers its scale (accumulate.py).
+        scaler = tfcompat.keras3.loss_scale_optimizer_class() if keras3 is not None else None
+        scaler_apply = scaler.__dict__["apply"] if scaler is not None else None
         trainer = tfcompat.keras3.loss_owner_class() if keras3 is not None else None
         keras3_loss = trainer.__dict__["_compute_loss"] if trainer is not None else None
         # `minimize` is defined on a base of each (the new optimizer's `_BaseOptimizer`)
@@ -109,6 +115,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
                 cls.minimize = minimizing(fn)
             if keras3 is not None:
                 keras3.apply = apply
+                scaler.apply = apply
                 trainer._compute_loss = computing_loss(keras3_loss)
             with _watching_writes(record["writes"]):
                 yield record
@@ -119,6 +126,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
                 cls.minimize = fn
             if keras3 is not None:
                 keras3.apply = keras3_apply
+                scaler.apply = scaler_apply
                 trainer._compute_loss = keras3_loss
 
 

@@ -145,7 +145,14 @@ def compress(codec: Codec, g: tf.Tensor, residual: tf.Tensor):
     ...     total, sent = total + g, sent + codec.decode(payload, [3])
     >>> bool(tf.reduce_all(tf.abs(total - sent) <= 1.0 / 7 + 1e-5))
     True
+    >>> payload, r = compress(codec, tf.constant([1.0, float("inf"), 0.5]), r)
+    >>> bool(tf.reduce_all(tf.math.is_finite(codec.decode(payload, [3])))), r.numpy().tolist()
+    (False, [0.0, 0.0, 0.0])
     """
     target = g + residual
     payload = codec.encode(target)
-    return payload, target - codec.decode(payload, tf.shape(target))
+    # A non-finite gradient decodes as non-finite and its residual would be too, poisoning
+    # every later push: the push carries it (a LossScaleOptimizer skips that round and
+    # lowers its scale; without one the engine stops training), the residual restarts at 0.
+    lost = target - codec.decode(payload, tf.shape(target))
+    return payload, tf.where(tf.math.is_finite(lost), lost, tf.zeros_like(lost))

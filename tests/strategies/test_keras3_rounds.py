@@ -28,7 +28,10 @@ N = 3  # workers of the shared cluster
 #: Keras 3 optimizers a BSP round must reproduce exactly (one large-batch step per round).
 OPTIMIZERS = {"sgd": lambda keras: keras.optimizers.SGD(0.1),
               "sgd_momentum": lambda keras: keras.optimizers.SGD(0.1, momentum=0.9),
-              "adam": lambda keras: keras.optimizers.Adam(0.01)}
+              "adam": lambda keras: keras.optimizers.Adam(0.01),
+              # its scale doubles after 2 finite steps: the 3 rounds change it once
+              "loss_scale": lambda keras: keras.optimizers.LossScaleOptimizer(
+                  keras.optimizers.SGD(0.1, momentum=0.9), dynamic_growth_steps=2)}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,17 +41,20 @@ def _keras3_on_ps():
     tf_hetero.keras3.enable()
 
 
-def _worker_blocks(x, y):
+def _worker_blocks(x, y, first=None):
     """A dataset function: worker ``w`` reads its own block of rows ``x[w*B:(w+1)*B]``, again
-    and again."""
+    and again (``first``: rows read once before, in place of ``x``)."""
     def fn(ctx=None):
         import tensorflow as tf
 
         w = tf.distribute.coordinator.experimental_get_current_worker_index()
-        xs = tf.reshape(tf.constant(x), (N, k3.B, x.shape[1]))
-        ys = tf.reshape(tf.constant(y), (N, k3.B))
-        block = (tf.gather(xs, w), tf.gather(ys, w))
-        return without_autotune(tf.data.Dataset.from_tensors(block).repeat())
+
+        def block(rows):
+            xs = tf.reshape(tf.constant(rows), (N, k3.B, x.shape[1]))
+            ys = tf.reshape(tf.constant(y), (N, k3.B))
+            return tf.data.Dataset.from_tensors((tf.gather(xs, w), tf.gather(ys, w)))
+        data = block(x).repeat()
+        return without_autotune(data if first is None else block(first).concatenate(data))
     return fn
 
 
@@ -76,21 +82,95 @@ def test_a_bsp_round_under_keras3_is_one_step_on_the_workers_batches_together(cl
     assert int(model.optimizer.iterations.numpy()) == rounds  # a round is one update
     for got, want in zip(model.get_weights(), reference.get_weights()):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    _assert_same_optimizer_state(model.optimizer, reference.optimizer)
     assert any(np.abs(w - s).max() > 1e-3  # the reference moved: the check has teeth
                for w, s in zip(reference.get_weights(), k3.model(1).get_weights()))
+
+
+def _assert_same_optimizer_state(got, want) -> None:
+    """Every variable of the optimizer (iterations, slots; a LossScaleOptimizer's scale and
+    step counter) as the local reference's."""
+    assert len(got.variables) == len(want.variables)  # in the same order (names differ)
+    for g, w in zip(got.variables, want.variables):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6,
+                                   err_msg=g.path)
+
+
+def test_a_loss_scale_optimizer_skips_a_round_whose_gradient_is_not_finite(cluster):
+    """Keras 3's LossScaleOptimizer under BSP: a round whose mean gradient is not finite
+    (worker 0's first batch holds a NaN) makes no update and halves the loss scale, as one
+    local step on the three batches together does, and the rounds after it apply. (Given the
+    NaN gradient, the rounds' apply without the optimizer's skip zeroes it and stops the fit.)"""
+    import keras
+
+    import tf_hetero
+
+    x, y = k3.rows(N * k3.B)
+    bad = x.copy()
+    bad[0, 0] = np.nan  # worker 0's first batch
+
+    def lso():
+        return keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9),
+                                                   dynamic_growth_steps=10)
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with strategy.scope():
+        model = k3.model(1)
+        model.compile(lso(), k3.loss())
+    reference = k3.model(1)
+    reference.compile(lso(), k3.loss())
+    rounds = 4
+    model.fit(_worker_blocks(x, y, first=bad), epochs=1, steps_per_epoch=rounds * N,
+              verbose=0)
+    reference.train_on_batch(bad, y)
+    for _ in range(rounds - 1):
+        reference.train_on_batch(x, y)
+    assert [r.applied > 0 for r in strategy.engine.rounds] == [False] + [True] * (rounds - 1)
+    assert [e[1] for e in strategy.monitor.events].count("round_skipped") == 1
+    assert float(model.optimizer.dynamic_scale.numpy()) == 2.0 ** 14  # 2 ** 15, halved
+    assert int(model.optimizer.iterations.numpy()) == rounds - 1
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    _assert_same_optimizer_state(model.optimizer, reference.optimizer)
+
+
+def test_hps_int8_pushes_recover_after_a_skipped_round(cluster):
+    """H-PS with int8 pushes and error feedback under a LossScaleOptimizer: after the round
+    whose gradient was not finite (skipped), the next pushes are finite again and apply (a
+    push's residual keeps no NaN; quantize.compress)."""
+    import keras
+
+    import tf_hetero
+
+    x, y = k3.rows(N * k3.B)
+    bad = x.copy()
+    bad[0, 0] = np.nan
+    strategy = tf_hetero.HPSStrategy(cluster.resolver, quantize="int8")
+    with strategy.scope():
+        model = k3.model(1)
+        model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+                      k3.loss())
+    model.fit(_worker_blocks(x, y, first=bad), epochs=1, steps_per_epoch=6 * N, verbose=0)
+    applied = [r.applied > 0 for r in strategy.engine.rounds if str(r.kind) == "train"]
+    assert not all(applied) and applied[-3:] == [True] * 3, applied
+    assert float(model.optimizer.dynamic_scale.numpy()) < 2.0 ** 15
+    assert all(np.isfinite(w).all() for w in model.get_weights())
 
 
 @pytest.mark.parametrize("name", [n for n in registry.names() if n != "pss"])
 def test_every_strategy_trains_a_keras3_model_on_the_workers(cluster, name):
     """Every registered strategy: the steps ran on the workers (the strategy's task log),
     the weights moved and stayed finite, and ``optimizer.iterations`` counts the updates the
-    strategy's engine made (its rounds; every step for ASP)."""
+    strategy's engine made (its rounds; every step for ASP). The optimizer is a
+    LossScaleOptimizer around SGD with momentum (mixed-precision training's): its own
+    ``apply`` is intercepted, its rounds unscale and apply through it (the plain optimizers'
+    rounds are checked exact above and in test_hps.py, test_baselines.py)."""
     import keras
 
     strategy = registry.make(name, cluster.resolver)
     with strategy.scope():
         model = k3.model(1)
-        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), k3.loss())
+        model.compile(keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.SGD(0.1, momentum=0.9)), k3.loss())
     before = [w.copy() for w in model.get_weights()]
     steps = 2 * N
     model.fit(k3.rows_fn(*k3.rows(64)), epochs=1, steps_per_epoch=steps, verbose=0)
@@ -102,6 +182,7 @@ def test_every_strategy_trains_a_keras3_model_on_the_workers(cluster, name):
     after = model.get_weights()
     assert all(np.isfinite(w).all() for w in after)
     assert any(np.abs(a - b).max() > 0 for a, b in zip(after, before))
+    assert float(model.optimizer.dynamic_scale.numpy()) == 2.0 ** 15  # no step overflowed
 
 
 def test_a_keras3_fit_says_how_many_updates_it_makes_and_stops_when_it_diverges(cluster,
@@ -160,27 +241,20 @@ def test_a_sized_strategy_evaluates_keras3_models_on_whole_batches(cluster, name
 
 
 def test_what_rounds_do_not_do_for_keras3_yet_is_refused_before_a_step(cluster):
-    """What a round does not do for Keras 3 yet: one line each, nothing scheduled."""
+    """What a round does not do for Keras 3 yet is refused with one line, nothing trained:
+    AutoStrategy advances a tf_keras schedule by each update's gain; not yet a Keras 3 one
+    (nor one inside a LossScaleOptimizer, whose inner SGD it otherwise takes)."""
     import keras
 
     import tf_hetero
-    from tf_hetero.strategies.runtime.keras3.checks import Keras3PSError
 
     data = k3.rows_fn(*k3.rows(64))
-    strategy = tf_hetero.BSPStrategy(cluster.resolver)
-    with strategy.scope():
-        model = k3.model()
-        model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-                      k3.loss())
-    with pytest.raises(Keras3PSError, match=r"LossScaleOptimizer.*Fix: compile with the inner"):
-        model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
-    assert not strategy.monitor.tasks and int(model.optimizer.iterations.numpy()) == 0
-    # AutoStrategy advances a tf_keras schedule by each update's gain; not yet a Keras 3 one.
     strategy = tf_hetero.AutoStrategy(cluster.resolver)
     with strategy.scope():
         model = k3.model()
         schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
-        model.compile(keras.optimizers.SGD(schedule), k3.loss())
+        model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(schedule)),
+                      k3.loss())
     with pytest.raises(ValueError, match=r"^AutoStrategy: the Keras 3 optimizer's learning "
                                          r"rate is a schedule.*Fix: a constant"):
         model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)

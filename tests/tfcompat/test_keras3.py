@@ -156,6 +156,8 @@ def test_the_optimizer_update_every_keras3_step_goes_through_and_its_variables()
     ``tracked_variables`` are what ``apply(grads)`` without variables updates."""
     import inspect as _inspect
 
+    import tensorflow as tf
+    import tf_keras
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
     base = K3.loaded_optimizer_class()  # this module imported Keras 3
@@ -170,6 +172,22 @@ def test_the_optimizer_update_every_keras3_step_goes_through_and_its_variables()
         v.path for v in model.trainable_variables]
     assert K3.is_loss_scale_optimizer(keras.optimizers.LossScaleOptimizer(opt))
     assert not K3.is_loss_scale_optimizer(opt)
+    # the LossScaleOptimizer's own `apply` (which the rounds intercept) and what it divides by
+    scaler = K3.loss_scale_optimizer_class()
+    assert "apply" in vars(scaler) and "_tf_apply" in vars(scaler)
+    assert "self.inner_optimizer.apply(" in _inspect.getsource(scaler)
+    assert K3.loss_scale(opt) is None and K3.loss_scale(tf_keras.optimizers.SGD(0.1)) is None
+    assert K3.loss_scale(keras.optimizers.SGD(0.1, loss_scale_factor=8.0)) == 8.0
+    lso = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9),
+                                              initial_scale=64.0)
+    lso.build(model.trainable_variables)
+    scale = K3.loss_scale(lso)
+    assert isinstance(scale, tf.Variable) and float(scale.numpy()) == 64.0
+    kernel = model.trainable_variables[0]
+    assert [s.shape for s in K3.optimizer_slots(lso, kernel)] == [kernel.shape]  # the inner's
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+    assert K3.lr_schedule(keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(schedule))) is schedule
     trainer = K3.loss_owner_class()
     assert "_compute_loss" in vars(trainer) and isinstance(model, trainer)
     assert "self._compute_loss(" in _inspect.getsource(TensorFlowTrainer.train_step)

@@ -33,6 +33,7 @@ from tf_hetero.patching import wrap_once
 
 __all__ = ["version", "trainer_class", "wrap_trainer", "variable_class", "wrap_variable",
            "inner_variable", "tf_variable", "nbytes", "is_optimizer", "optimizer_slots",
+           "loss_scale_optimizer_class", "is_loss_scale_optimizer", "loss_scale",
            "in_stateless_scope", "symbolic_build",
            "assert_compiled",
            "initial_epoch", "flatten_metrics", "pythonify_logs", "concat_predictions",
@@ -122,7 +123,9 @@ def optimizer_slots(optimizer, variable) -> list:
     variable needs none, ``overwrite_with_gradient``), found by ``_get_variable_index``
     (k3/optimizers/base_optimizer.py; keyed by the ``tf.Variable`` 's ``_unique_id``,
     k3/backend/tensorflow/optimizer.py ``_var_key``, which a PS variable's wrapper keeps
-    across a move)."""
+    across a move). A ``LossScaleOptimizer``'s slots are its inner optimizer's."""
+    if is_loss_scale_optimizer(optimizer):
+        optimizer = optimizer.inner_optimizer
     trained = getattr(optimizer, "_trainable_variables", None)
     if not trained or optimizer._var_key(variable) not in optimizer._trainable_variables_indices:
         return []
@@ -180,17 +183,40 @@ def lr_schedule(optimizer):
         return None
     from keras.optimizers.schedules import LearningRateSchedule
 
+    if is_loss_scale_optimizer(optimizer):  # its `learning_rate` is its inner optimizer's
+        optimizer = optimizer.inner_optimizer
     lr = getattr(optimizer, "_learning_rate", None)
     return lr if isinstance(lr, LearningRateSchedule) else None
 
 
-def is_loss_scale_optimizer(optimizer) -> bool:
-    """Is ``optimizer`` Keras 3's ``LossScaleOptimizer`` (k3/optimizers/loss_scale_optimizer.py:
-    it skips a step with non-finite gradients inside an ``ops.cond`` around the inner
-    optimizer's ``apply``)?"""
+def loss_scale_optimizer_class() -> type | None:
+    """Keras 3's ``LossScaleOptimizer`` (k3/optimizers/loss_scale_optimizer.py), which
+    overrides ``apply``: it checks the gradients, and inside an ``ops.cond`` unscales them and
+    calls its inner optimizer's ``apply``, or skips the step and halves its scale. ``None``
+    when this process has not imported Keras 3."""
+    if "keras" not in sys.modules:
+        return None
     from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
 
-    return isinstance(optimizer, LossScaleOptimizer)
+    return LossScaleOptimizer
+
+
+def is_loss_scale_optimizer(optimizer) -> bool:
+    """Is ``optimizer`` Keras 3's ``LossScaleOptimizer`` (:func:`loss_scale_optimizer_class`)?"""
+    cls = loss_scale_optimizer_class()
+    return cls is not None and isinstance(optimizer, cls)
+
+
+def loss_scale(optimizer):
+    """What a Keras 3 optimizer's ``apply`` divides the gradients by, because the step
+    multiplied the loss by it (``scale_loss``): a ``LossScaleOptimizer``'s ``dynamic_scale``
+    (the ``tf.Variable``, which its ``apply`` changes), another optimizer's
+    ``loss_scale_factor`` (a float), or ``None`` (no scaling, or not a Keras 3 optimizer)."""
+    if not is_optimizer(optimizer):
+        return None
+    if is_loss_scale_optimizer(optimizer):
+        return inner_variable(optimizer.dynamic_scale)
+    return optimizer.loss_scale_factor
 
 
 def in_stateless_scope() -> bool:

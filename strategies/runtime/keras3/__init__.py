@@ -19,10 +19,10 @@ trained without one. Every private Keras 3 name is reached through
 
 Under a tf-hetero strategy the same loops run: its coordinator receives the closures
 :mod:`.functions` makes through ``coordinator.schedule``, its step tracer intercepts Keras 3's
-``BaseOptimizer.apply`` as it does tf_keras's ``apply_gradients``
-(:mod:`~tf_hetero.strategies.runtime.intercept`), and its rounds apply through the Keras 3
-optimizer. What its rounds do not do for Keras 3 yet is refused before training
-(:func:`.checks.check_strategy`, :func:`.checks.check_round_optimizer`).
+``BaseOptimizer.apply`` (and ``LossScaleOptimizer.apply``) as it does tf_keras's
+``apply_gradients`` (:mod:`~tf_hetero.strategies.runtime.intercept`), and its rounds apply
+through the Keras 3 optimizer. What the loops do not do for Keras 3 is refused before
+training (:mod:`.checks`).
 """
 
 from __future__ import annotations
@@ -48,14 +48,9 @@ def _uses_ps(model) -> bool:
 
 
 def _checked_strategy(model):
-    from tf_hetero.strategies.runtime.fitplan import state_of
     from tf_hetero.strategies.runtime.keras3 import checks
 
-    strategy = model.distribute_strategy
-    ours = state_of(strategy) is not None
-    checks.check_strategy(strategy)
-    if ours:
-        checks.check_round_optimizer(getattr(model, "optimizer", None), type(strategy).__name__)
+    checks.check_strategy(model.distribute_strategy)
 
 
 def _routed(name: str):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tf_hetero import tfcompat
 
-__all__ = ["PREFIX", "Keras3PSError", "executions", "check_strategy", "check_round_optimizer",
+__all__ = ["PREFIX", "Keras3PSError", "executions", "check_strategy",
            "check_fit_args", "check_steps", "check_model", "check_callbacks",
            "check_placement", "check_cardinality", "data_ran_out"]
 
@@ -54,17 +54,6 @@ def check_strategy(strategy) -> None:
         _refuse(f"workers with several devices each (num_replicas_in_sync={replicas}) are not "
                 "supported yet: each step's logs would be per device.",
                 "give each worker one device (e.g. CUDA_VISIBLE_DEVICES=0), or use tf_keras.")
-
-
-def check_round_optimizer(optimizer, strategy_name: str) -> None:
-    """An optimizer a round strategy's apply reproduces: not Keras 3's ``LossScaleOptimizer``,
-    which skips a step with non-finite gradients inside a conditional around its inner
-    optimizer's ``apply``, where the round's accumulation cannot go."""
-    if optimizer is not None and tfcompat.keras3.is_loss_scale_optimizer(optimizer):
-        _refuse(f"{strategy_name} with a Keras 3 LossScaleOptimizer: its rounds cannot take "
-                "the loss scaling's conditional step yet (tf-hetero issue 50).",
-                "compile with the inner optimizer (float32 training), or train under "
-                "tf.distribute.ParameterServerStrategy.")
 
 
 def check_fit_args(*, steps_per_epoch, verbose, validation_split=0.0, validation_data=None,
