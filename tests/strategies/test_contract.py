@@ -1,53 +1,75 @@
-"""The contract every registered strategy keeps under real ``model.fit`` (one in-process
-cluster, 3 workers, a 3x slower worker so that backup workers drop, EPSP leaves out and
-transfers, and slack sync folds):
+"""The contract every registered strategy keeps under real ``model.fit``, for a tf_keras model
+and for a Keras 3 one (``tf_hetero.keras3.enable()``; its optimizer a ``LossScaleOptimizer``
+around SGD with momentum, mixed precision's), on one in-process cluster (3 workers, a 3x
+slower worker so that backup workers drop, EPSP leaves out and transfers, and slack sync
+folds):
 
 - every task ``fit`` scheduled is in exactly one round (or applied at once, async), none lost
   or doubled, and each ends applied (done or folded) or dropped: nothing is left running;
 - what each apply reported equals what the engine counted for it, and over the fit the
   micro-batches applied equal the tasks applied (a transferred task counts once);
 - ``optimizer.iterations`` equals the number of updates applied (rounds, or async tasks);
-- the engine is idle when ``fit`` returns.
+- the engine is idle when ``fit`` returns;
+- the steps ran on the workers, and the weights moved and stayed finite.
 """
 
 from __future__ import annotations
 
 import collections
 
+import numpy as np
 import pytest
 
 from tf_hetero.strategies import registry
 
-from support import small
+from support import keras3 as k3, small
 
 pytestmark = pytest.mark.cluster
 
 N, B, STEPS = 3, 8, 24
 APPLIED = ("done", "folded")
+PROFILE = "slow=2:3;base_ms=20"
 
 
-def _fit(strategy):
-    import tf_keras as keras
-
+def _fit(strategy, flavour: str):
+    """The fit the contract is checked on; returns the model and its initial weights."""
     import tf_hetero
 
-    with strategy.scope():
-        model = small.model()
-        model.compile(keras.optimizers.SGD(0.05, momentum=0.9), small.loss())
-    tf_hetero.emulate(model, "slow=2:3;base_ms=20", strategy=strategy)
-    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(B)), epochs=2,
-              steps_per_epoch=STEPS // 2, verbose=0)
-    return model
+    if flavour == "keras3":
+        import keras
+
+        tf_hetero.keras3.enable()
+        with strategy.scope():
+            model = k3.model()
+            model.compile(keras.optimizers.LossScaleOptimizer(
+                keras.optimizers.SGD(0.05, momentum=0.9)), k3.loss())
+        data = small.dataset_fn(B)
+    else:
+        import tf_keras as keras
+
+        with strategy.scope():
+            model = small.model()
+            model.compile(keras.optimizers.SGD(0.05, momentum=0.9), small.loss())
+        data = keras.utils.experimental.DatasetCreator(small.dataset_fn(B))
+    before = [w.copy() for w in model.get_weights()]
+    tf_hetero.emulate(model, PROFILE, strategy=strategy)
+    model.fit(data, epochs=2, steps_per_epoch=STEPS // 2, verbose=0)
+    return model, before
 
 
+@pytest.mark.parametrize("flavour", ["tf_keras", "keras3"])
 @pytest.mark.parametrize("name", [n for n in registry.names() if n != "pss"])
 def test_every_task_applied_once_or_dropped_and_iterations_count_updates(
-        inprocess_cluster, name):
+        inprocess_cluster, name, flavour):
     strategy = registry.make(name, inprocess_cluster.resolver)
-    model = _fit(strategy)
+    model, before = _fit(strategy, flavour)
     iterations = int(model.optimizer.iterations.numpy())
     engine = strategy.engine
     monitor = strategy.monitor
+    after = model.get_weights()
+    assert all(np.isfinite(w).all() for w in after)
+    assert any(np.abs(a - b).max() > 0 for a, b in zip(after, before))
+    assert {t.worker for t in monitor.tasks} <= set(range(N))  # on the workers
     if engine is None:  # ASP: every task applied at once
         assert len(monitor.tasks) == STEPS and all(t.applied for t in monitor.tasks)
         assert iterations == STEPS

@@ -156,35 +156,6 @@ def test_hps_int8_pushes_recover_after_a_skipped_round(cluster):
     assert all(np.isfinite(w).all() for w in model.get_weights())
 
 
-@pytest.mark.parametrize("name", [n for n in registry.names() if n != "pss"])
-def test_every_strategy_trains_a_keras3_model_on_the_workers(cluster, name):
-    """Every registered strategy: the steps ran on the workers (the strategy's task log),
-    the weights moved and stayed finite, and ``optimizer.iterations`` counts the updates the
-    strategy's engine made (its rounds; every step for ASP). The optimizer is a
-    LossScaleOptimizer around SGD with momentum (mixed-precision training's): its own
-    ``apply`` is intercepted, its rounds unscale and apply through it (the plain optimizers'
-    rounds are checked exact above and in test_hps.py, test_baselines.py)."""
-    import keras
-
-    strategy = registry.make(name, cluster.resolver)
-    with strategy.scope():
-        model = k3.model(1)
-        model.compile(keras.optimizers.LossScaleOptimizer(
-            keras.optimizers.SGD(0.1, momentum=0.9)), k3.loss())
-    before = [w.copy() for w in model.get_weights()]
-    steps = 2 * N
-    model.fit(k3.rows_fn(*k3.rows(64)), epochs=1, steps_per_epoch=steps, verbose=0)
-    tasks = strategy.monitor.tasks
-    assert len(tasks) == steps and {t.worker for t in tasks} <= set(range(N))
-    engine = strategy.engine
-    updates = steps if engine is None else engine.version
-    assert int(model.optimizer.iterations.numpy()) == updates > 0
-    after = model.get_weights()
-    assert all(np.isfinite(w).all() for w in after)
-    assert any(np.abs(a - b).max() > 0 for a, b in zip(after, before))
-    assert float(model.optimizer.dynamic_scale.numpy()) == 2.0 ** 15  # no step overflowed
-
-
 def test_a_keras3_fit_says_how_many_updates_it_makes_and_stops_when_it_diverges(cluster,
                                                                                capsys):
     """The fit-start line, as for tf_keras (the Keras 3 loop notes the fit's plan); each
