@@ -44,8 +44,9 @@ def translate(e: BaseException) -> BaseException:
         return ParameterServerError(
             f"A parameter server is unreachable ({type(e).__name__}: {str(e).splitlines()[0]}). "
             "Its variables are lost, so training cannot go on. Fix: restart the PS task, then "
-            "resume from the last checkpoint: re-run model.fit with a "
-            "tf_keras.callbacks.BackupAndRestore callback (or restore a ModelCheckpoint).")
+            "resume from the last checkpoint: re-run model.fit with a BackupAndRestore "
+            "callback (tf_keras.callbacks or, for a Keras 3 model, keras.callbacks), or "
+            "restore a ModelCheckpoint.")
     return e
 
 

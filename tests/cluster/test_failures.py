@@ -43,13 +43,18 @@ def test_killed_worker_does_not_hang_fit_and_a_restarted_one_rejoins(tmp_path):
     assert result["second_tasks_by_worker"]["1"] >= 5
 
 
-def test_killed_ps_raises_clear_error_and_backup_and_restore_resumes(tmp_path):
+@pytest.mark.parametrize("flavour", ["tf_keras", "keras3"])
+def test_killed_ps_raises_clear_error_and_backup_and_restore_resumes(tmp_path, flavour):
+    """BSP; the PS killed once epoch 1 was saved: the next epoch's first op on it raises the
+    clear error, and a new cluster's fit resumes at epoch 2 with the saved iterations (a Keras
+    3 model: Keras 3's BackupAndRestore, through the Keras 3 loop)."""
     ckpt = str(tmp_path / "backup")
-    result = scenario("ps", tmp_path, ckpt)
+    extra = [flavour] if flavour == "keras3" else []
+    result = scenario("ps", tmp_path, ckpt, *extra)
     assert result["error"]["type"] == "ParameterServerError"
     assert "resume from the last checkpoint" in result["error"]["message"]
     assert "BackupAndRestore" in result["error"]["message"]
-    resumed = scenario("resume", tmp_path, ckpt)
+    resumed = scenario("resume", tmp_path, ckpt, *extra)
     assert resumed["epochs_run"] == 2  # epoch 1 was restored, epochs 2 and 3 ran
     assert resumed["iterations"] == 15  # 5 restored rounds + 10 new ones
 

@@ -59,12 +59,19 @@ def _routed(name: str):
         def method(self, *args, **kwargs):
             if not _uses_ps(self):
                 return original(self, *args, **kwargs)
+            from tf_hetero.strategies.runtime import errors
+            from tf_hetero.strategies.runtime.fitplan import state_of
             from tf_hetero.strategies.runtime.keras3 import checks, loop
 
             _checked_strategy(self)
             if name in ("train_on_batch", "test_on_batch"):
                 checks.refuse_on_batch(name)
-            return getattr(loop, name)(self, *args, **kwargs)
+            if state_of(self.distribute_strategy) is None:  # stock PSS: TF's own errors
+                return getattr(loop, name)(self, *args, **kwargs)
+            # A PS that died between two steps can be met first by an op the chief runs
+            # itself (the loop's metric resets at an epoch's start): its raw UnavailableError
+            # becomes ParameterServerError, as tf_keras's fit's does (runtime/errors.py).
+            return errors.translated(getattr(loop, name), self, *args, **kwargs)
 
         return method
 

@@ -146,20 +146,22 @@ def when(predicate, timeout):
     return True
 
 
-def build(strategy):
-    import tf_keras as keras
-
+def build(strategy, keras3: bool = False):
+    """The scenarios' model (a tf_keras one, or ``keras3``: the same layers in Keras 3, trained
+    through ``tf_hetero.keras3.enable()``) and its data."""
     import tf_hetero
 
+    keras = tf_hetero.models.keras_module(keras3)
+    if keras3:
+        tf_hetero.keras3.enable()
     train = tf_hetero.data.load("digits", "train")
     with strategy.scope():
-        model = tf_hetero.models.mlp(input_shape=train.input_shape, hidden=(32,))
+        model = tf_hetero.models.mlp(input_shape=train.input_shape, hidden=(32,), keras3=keras3)
         model.compile(keras.optimizers.SGD(0.05),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     tf_hetero.emulate(model, "base_ms=60", strategy=strategy)
-    data = keras.utils.experimental.DatasetCreator(
-        tf_hetero.data.dataset_fn(batch_size=BATCH, num_workers=WORKERS, data=train))
-    return model, data
+    data = tf_hetero.data.dataset_fn(batch_size=BATCH, num_workers=WORKERS, data=train)
+    return model, data if keras3 else keras.utils.experimental.DatasetCreator(data)
 
 
 def counts(strategy, model, scheduled: int, monitor=None) -> dict:

@@ -4,6 +4,9 @@
     python failures.py ps OUT.json CKPT      # kill the PS at epoch 1's end; BackupAndRestore in CKPT
     python failures.py resume OUT.json CKPT  # a new cluster; fit resumes from CKPT
 
+``ps`` and ``resume`` take a last argument ``keras3``: the same with a Keras 3 model (its own
+``BackupAndRestore`` and callbacks).
+
 Run as its own process by tests/cluster/test_failures.py (a fresh chief for a fresh cluster).
 """
 
@@ -14,8 +17,6 @@ import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import tf_keras as keras  # noqa: E402
 
 import tf_hetero  # noqa: E402
 
@@ -65,10 +66,11 @@ def worker_scenario(out):
         json.dump(result, f)
 
 
-def ps_scenario(out, ckpt):
+def ps_scenario(out, ckpt, keras3=False):
+    keras = tf_hetero.models.keras_module(keras3)
     with tf_hetero.LocalCluster(WORKERS, 1, processes=True) as cluster:
         strategy = tf_hetero.BSPStrategy(cluster.resolver, stall_timeout_s=120)
-        model, data = build(strategy)
+        model, data = build(strategy, keras3)
         backup = keras.callbacks.BackupAndRestore(ckpt)
 
         class KillAtFirstEpochEnd(keras.callbacks.Callback):
@@ -93,10 +95,11 @@ def ps_scenario(out, ckpt):
         json.dump(result, f)
 
 
-def resume_scenario(out, ckpt):
+def resume_scenario(out, ckpt, keras3=False):
+    keras = tf_hetero.models.keras_module(keras3)
     with tf_hetero.LocalCluster(WORKERS, 1, processes=True) as cluster:
         strategy = tf_hetero.BSPStrategy(cluster.resolver, stall_timeout_s=120)
-        model, data = build(strategy)
+        model, data = build(strategy, keras3)
         history = model.fit(data, epochs=3, steps_per_epoch=15, verbose=0,
                             callbacks=[keras.callbacks.BackupAndRestore(ckpt)])
         result = dict(epochs_run=len(history.history["loss"]), tasks=len(strategy.monitor.tasks),
@@ -109,8 +112,8 @@ if __name__ == "__main__":
     if sys.argv[1] == "worker":
         worker_scenario(sys.argv[2])
     elif sys.argv[1] == "ps":
-        ps_scenario(sys.argv[2], sys.argv[3])
+        ps_scenario(sys.argv[2], sys.argv[3], sys.argv[4:] == ["keras3"])
     else:
-        resume_scenario(sys.argv[2], sys.argv[3])
+        resume_scenario(sys.argv[2], sys.argv[3], sys.argv[4:] == ["keras3"])
     sys.stdout.flush()
     os._exit(0)  # skip TF teardown against stopped servers
