@@ -18,6 +18,7 @@ import functools
 import json
 import weakref
 
+from tf_hetero import tfcompat
 from tf_hetero.policies.placement import ps_index
 from tf_hetero.tfcompat import variables as tfvars
 
@@ -25,6 +26,8 @@ __all__ = ["PlacementState", "CHECKPOINT_KEY"]
 
 #: The checkpoint key of the placement, under each optimizer.
 CHECKPOINT_KEY = "tf_hetero_placement"
+#: A Keras 3 optimizer's attribute holding the state its saving hooks write and read.
+_KERAS3_OWNER = "_tf_hetero_placement_owner"
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,6 +93,9 @@ class PlacementState:
             optimizer = acc.optimizer
             if id(optimizer) in self._tracked:
                 continue
+            if tfcompat.keras3.is_optimizer(optimizer):
+                self.attach_keras3(optimizer)
+                continue
             state = tfvars.tracked_child(optimizer, CHECKPOINT_KEY)
             if isinstance(state, cls):
                 state.owner = self
@@ -97,6 +103,38 @@ class PlacementState:
                 state = cls(self, optimizer)
                 tfvars.track_child(optimizer, state, CHECKPOINT_KEY)
             self._tracked[id(optimizer)] = (optimizer, state)
+
+    def attach_keras3(self, optimizer) -> None:
+        """Keras 3 saves ``.keras`` / ``.weights.h5`` files, not TF checkpoints: the record
+        goes into the optimizer's own entry of the file, as an attribute beside its variables
+        (:func:`~tf_hetero.tfcompat.keras3.write_store_note`), written by its
+        ``save_own_variables`` and read by its ``load_own_variables`` (wrapped on this
+        optimizer once; re-bound to this state after). Called before anything can load into
+        the optimizer: at a fit's start and before ``load_weights``, since a Keras 3 file
+        is read once, at the load, with no deferred restore."""
+        self._tracked[id(optimizer)] = (optimizer, None)
+        owner = getattr(optimizer, _KERAS3_OWNER, None)
+        if owner is not None:
+            owner[0] = self
+            return
+        owner = [self]
+        ref = weakref.ref(optimizer)
+        save, load = optimizer.save_own_variables, optimizer.load_own_variables
+
+        def save_own_variables(store):
+            save(store)
+            if ref() is not None:
+                tfcompat.keras3.write_store_note(store, CHECKPOINT_KEY, owner[0].save(ref()))
+
+        def load_own_variables(store):
+            load(store)
+            record = tfcompat.keras3.read_store_note(store, CHECKPOINT_KEY)
+            if record is not None and ref() is not None:
+                owner[0].load(ref(), record)
+
+        object.__setattr__(optimizer, _KERAS3_OWNER, owner)
+        object.__setattr__(optimizer, "save_own_variables", save_own_variables)
+        object.__setattr__(optimizer, "load_own_variables", load_own_variables)
 
     def restore(self, move) -> bool:
         """Moves every variable to the PS a restored checkpoint placed it on, each by

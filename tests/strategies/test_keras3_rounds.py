@@ -10,6 +10,7 @@ tests/strategies/test_stock_pss_keras3.py.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 
@@ -274,6 +275,66 @@ def test_a_live_move_carries_a_keras3_optimizers_slots_and_loses_nothing(cluster
                          reference.get_weights()
                          + [v.numpy() for v in reference.optimizer.variables]):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_keras3_weights_file_keeps_the_placement_and_a_load_restores_it(cluster, tmp_path):
+    """Rebalancing with a saved placement under Keras 3: a BSP fit with live rebalancing moves
+    one kernel, and ``save_weights`` writes the placement into the optimizer's entry of the
+    ``.weights.h5`` file. Loaded into a fresh model on another rebalancing strategy (round-
+    robin: the kernel on its old PS), the next fit's first round moves the kernel back where
+    it was saved (a "restore" move) and equals the original model's next round (weights and
+    optimizer state). A plain Keras 3 model loads the same file as Keras writes it (the record
+    is an attribute, which Keras's loader does not count)."""
+    import warnings
+
+    import keras
+
+    import tf_hetero
+    from tf_hetero.policies.placement import ps_index
+    from tf_hetero.policies.rebalance import RebalanceConfig
+    from tf_hetero.tfcompat.keras3 import tf_variable
+
+    def compiled(strategy=None):
+        with strategy.scope() if strategy else contextlib.nullcontext():
+            m = k3.model(1)
+            m.compile(OPTIMIZERS["sgd_momentum"](keras), k3.loss())
+            m.optimizer.build(m.trainable_variables)  # Keras 3 loads into a built optimizer
+        return m
+
+    def kernels_ps(m):
+        return [ps_index(tf_variable(v).device) for v in m.trainable_variables]
+
+    x, y = k3.rows(N * k3.B, seed=5)
+    first = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceConfig(
+        window=2, explore=0.0, skip_first=0))
+    model = compiled(first)
+    start = kernels_ps(model)
+    model.fit(_worker_blocks(x, y), epochs=1, steps_per_epoch=4 * N, verbose=0)
+    (_, _, src, dst, _), = first.rebalancer.moves
+    moved = kernels_ps(model)
+    assert moved != start
+    path = str(tmp_path / "model.weights.h5")
+    model.save_weights(path)
+    first.set_rebalance(RebalanceConfig(window=1000))  # no more moves: the rest compares values
+
+    second = tf_hetero.BSPStrategy(cluster.resolver, rebalance=RebalanceConfig(window=1000))
+    fresh = compiled(second)
+    assert kernels_ps(fresh) == start
+    fresh.load_weights(path)
+    fresh.fit(_worker_blocks(x, y), epochs=1, steps_per_epoch=N, verbose=0)
+    assert [(m[0], m[2], m[3]) for m in second.rebalancer.moves] == [("restore", src, dst)]
+    assert kernels_ps(fresh) == moved  # the saved placement, not round-robin
+    model.fit(_worker_blocks(x, y), epochs=1, steps_per_epoch=N, verbose=0)
+    for got, want in zip(fresh.get_weights() + [v.numpy() for v in fresh.optimizer.variables],
+                         model.get_weights() + [v.numpy() for v in model.optimizer.variables]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    plain = compiled()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plain.load_weights(path)
+    assert not [w for w in caught if "Skipping" in str(w.message)], caught
+    assert int(plain.optimizer.iterations.numpy()) == 4
 
 
 @pytest.mark.parametrize("name", ["pss", "bsp"])

@@ -125,6 +125,34 @@ def test_tensorboard_profiling_is_seen(tmp_path):
                                                                profile_batch=(2, 4)))
 
 
+def test_a_note_beside_an_objects_variables_in_a_weights_file_is_read_back(tmp_path):
+    """``write_store_note`` / ``read_store_note`` (the saved placement of a rebalanced Keras 3
+    model): an attribute of the H5 group an object's variables go to, which Keras's loader
+    does not count as a variable; ``load_weights`` (wrapped by ``wrap_model``) is what
+    ``BackupAndRestore`` restores through."""
+    import inspect as _inspect
+
+    import keras
+    from keras.src.models.model import Model
+    from keras.src.saving.saving_lib import H5IOStore
+
+    path = str(tmp_path / "x.weights.h5")
+    store = H5IOStore(path, mode="w")
+    entry = store.make("optimizer", metadata={"name": "sgd"})
+    entry["0"] = np.zeros(2, "float32")
+    assert K3.write_store_note(entry, "note", '{"ps": [1, 0]}')
+    store.close()
+    store = H5IOStore(path, mode="r")
+    entry = store.get("optimizer")
+    assert list(entry.keys()) == ["0"]
+    assert K3.read_store_note(entry, "note") == '{"ps": [1, 0]}'
+    assert K3.read_store_note(entry, "other") is None
+    assert K3.read_store_note(store.get("absent"), "note") is None
+    store.close()
+    assert "load_weights" in vars(Model)
+    assert "self.model.load_weights(" in _inspect.getsource(keras.callbacks.BackupAndRestore)
+
+
 def test_a_keras3_variable_is_sized_and_its_slots_found_by_the_tf_variable_it_holds():
     """``tf_variable``/``nbytes`` read the ``tf.Variable`` a Keras variable holds (a tf
     variable is its own); ``optimizer_slots`` finds a built optimizer's slots of a variable,

@@ -31,7 +31,8 @@ from typing import Callable
 
 from tf_hetero.patching import wrap_once
 
-__all__ = ["version", "trainer_class", "wrap_trainer", "variable_class", "wrap_variable",
+__all__ = ["version", "trainer_class", "wrap_trainer", "wrap_model", "write_store_note",
+           "read_store_note", "variable_class", "wrap_variable",
            "inner_variable", "tf_variable", "nbytes", "is_optimizer", "optimizer_slots",
            "loss_scale_optimizer_class", "is_loss_scale_optimizer", "loss_scale",
            "in_stateless_scope", "symbolic_build",
@@ -69,6 +70,35 @@ def wrap_trainer(name: str, make: Callable[[Callable], Callable]) -> bool:
     """Wraps ``TensorFlowTrainer.<name>`` once per process (``fit``, ``evaluate``,
     ``predict``, ``train_on_batch``, ``test_on_batch``, ``predict_on_batch``)."""
     return wrap_once(trainer_class(), name, make)
+
+
+def wrap_model(name: str, make: Callable[[Callable], Callable]) -> bool:
+    """Wraps ``keras.Model.<name>`` once per process (``load_weights``, k3/models/model.py,
+    which ``BackupAndRestore`` and user code call)."""
+    from keras.src.models.model import Model
+
+    return wrap_once(Model, name, make)
+
+
+def write_store_note(store, key: str, text: str) -> bool:
+    """Writes ``text`` as attribute ``key`` of the group a Keras 3 saving store entry writes
+    an object's variables to (``H5IOStore._h5_entry_group``, k3/saving/saving_lib.py: an
+    ``h5py`` group, made by ``make`` when the object has a name; ``.weights.h5`` files and
+    the weights inside ``.keras`` archives). An attribute is not a key: Keras's own loader
+    (which checks an optimizer's key count) reads the entry as if it were not there.
+    Returns whether it was written (``False``: another kind of store, e.g. ``.npz``)."""
+    group = getattr(store, "_h5_entry_group", None)
+    if not hasattr(group, "attrs"):
+        return False
+    group.attrs[key] = text
+    return True
+
+
+def read_store_note(store, key: str) -> str | None:
+    """The attribute :func:`write_store_note` wrote, or ``None``."""
+    group = getattr(store, "_h5_entry_group", None)
+    value = group.attrs.get(key) if hasattr(group, "attrs") else None
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def variable_class() -> type:

@@ -68,6 +68,7 @@ def _routed(name: str):
                 checks.refuse_on_batch(name)
             if state_of(self.distribute_strategy) is None:  # stock PSS: TF's own errors
                 return getattr(loop, name)(self, *args, **kwargs)
+            _attach_placement(self)  # before BackupAndRestore loads at the fit's start
             # A PS that died between two steps can be met first by an op the chief runs
             # itself (the loop's metric resets at an epoch's start): its raw UnavailableError
             # becomes ParameterServerError, as tf_keras's fit's does (runtime/errors.py).
@@ -77,6 +78,25 @@ def _routed(name: str):
 
     make.__name__ = make.__qualname__ = f"on_parameter_servers_{name}"
     return make
+
+
+def _attach_placement(model) -> None:
+    """A rebalancing strategy's placement state hooks into the model's optimizer, so that a
+    Keras 3 file saves and restores the placement (``PlacementState.attach_keras3``)."""
+    optimizer = getattr(model, "optimizer", None)
+    rebalancer = getattr(model.distribute_strategy, "rebalancer", None)
+    if optimizer is not None and rebalancer is not None:
+        rebalancer.state.attach_keras3(optimizer)
+
+
+def _placing(original):
+    @functools.wraps(original)
+    def load_weights(self, *args, **kwargs):
+        if _uses_ps(self):
+            _attach_placement(self)
+        return original(self, *args, **kwargs)
+
+    return load_weights
 
 
 _ROUTED = {name: _routed(name) for name in ("fit", "evaluate", "predict", "train_on_batch",
@@ -102,5 +122,6 @@ def install() -> None:
 
         for name, make in _ROUTED.items():
             tfcompat.keras3.wrap_trainer(name, make)
+        tfcompat.keras3.wrap_model("load_weights", _placing)
         variables.install()
         _installed = True
