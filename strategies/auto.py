@@ -77,14 +77,9 @@ class AutoStrategy(HeteroStrategy):
             raise ValueError(
                 f"AutoStrategy: the model's optimizer is {name}, whose step does not scale "
                 "with the gradient, so the gain of a larger batch (AdaScale) cannot be "
-                "applied. Fix: compile with tf_keras.optimizers.SGD (momentum allowed), or use "
+                "applied. Fix: compile with tf_keras.optimizers.SGD (keras.optimizers.SGD for a "
+                "Keras 3 model; momentum allowed, a LossScaleOptimizer around it too), or use "
                 "HPSStrategy with a learning rate for its round's batch.")
-        if tfcompat.keras3.lr_schedule(optimizer) is not None:
-            raise ValueError(
-                "AutoStrategy: the Keras 3 optimizer's learning rate is a schedule, which "
-                "AutoStrategy cannot yet advance by each update's gain (tf-hetero issue 50), "
-                "so it would not keep its meaning. Fix: a constant learning rate, or build "
-                "the model with tf_keras (import tf_keras as keras) to keep the schedule.")
         if optimizer is not None:  # a schedule moves on by each update's gain (AdaScale)
             from tf_hetero.strategies.runtime.schedule import install
 

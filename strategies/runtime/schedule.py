@@ -19,14 +19,17 @@ so far. A round's apply adds its ``g - 1`` after its update
 
 from __future__ import annotations
 
+import functools
+
 import tensorflow as tf
 import tf_keras as keras
 
-__all__ = ["ScaleInvariantSchedule", "install"]
+__all__ = ["ScaleInvariantSchedule", "keras3_schedule_class", "install"]
 
 
-class ScaleInvariantSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """``base`` evaluated at ``step + extra`` (module notes)."""
+class _Shifted:
+    """``base`` evaluated at ``step + extra`` (module notes); mixed into each Keras's
+    ``LearningRateSchedule``."""
 
     def __init__(self, base, extra: tf.Variable | None = None):
         super().__init__()
@@ -35,21 +38,59 @@ class ScaleInvariantSchedule(keras.optimizers.schedules.LearningRateSchedule):
             0.0, trainable=False, dtype=tf.float32, name="tf_hetero_tau_extra")
 
     def __call__(self, step):
-        step = tf.cast(step, tf.float32) + tf.cast(self.extra, tf.float32)
-        return self.base(step)
+        return self.base(tf.cast(step, tf.float32) + tf.cast(self.extra, tf.float32))
+
+
+class ScaleInvariantSchedule(_Shifted, keras.optimizers.schedules.LearningRateSchedule):
+    """``base`` evaluated at ``step + extra`` (module notes)."""
 
     def get_config(self):
         return {"base": keras.optimizers.schedules.serialize(self.base)}
 
 
+@functools.lru_cache(maxsize=1)
+def keras3_schedule_class() -> type:
+    """:class:`ScaleInvariantSchedule` for a Keras 3 optimizer (a Keras 3
+    ``LearningRateSchedule``, which its ``learning_rate`` setter takes; registered, so that a
+    ``.keras`` file saved with it loads where tf_hetero is imported). Made on first use:
+    Keras 3 is imported only for Keras 3 models."""
+    import keras as keras3
+
+    @keras3.saving.register_keras_serializable(package="tf_hetero")
+    class ScaleInvariantSchedule3(_Shifted, keras3.optimizers.schedules.LearningRateSchedule):
+        """``base`` evaluated at ``step + extra`` (module notes)."""
+
+        def get_config(self):
+            return {"base": keras3.optimizers.schedules.serialize(self.base)}
+
+        @classmethod
+        def from_config(cls, config):
+            return cls(keras3.optimizers.schedules.deserialize(config["base"]))
+
+    return ScaleInvariantSchedule3
+
+
 def install(optimizer, strategy) -> tf.Variable | None:
     """If ``optimizer``'s learning rate is a schedule, makes it scale-invariant (once) and
     returns its ``extra`` variable (on a PS task, created under ``strategy``); ``None`` for a
-    constant rate (nothing to advance)."""
-    lr = getattr(optimizer, "learning_rate", None)
+    constant rate (nothing to advance). A Keras 3 optimizer's schedule (a
+    ``LossScaleOptimizer``'s inner one's) is wrapped by :func:`keras3_schedule_class`."""
+    from tf_hetero import tfcompat
+
     current = getattr(optimizer, "_tf_hetero_schedule", None)
     if current is not None:
         return current.extra
+    if tfcompat.keras3.is_optimizer(optimizer):
+        schedule = tfcompat.keras3.lr_schedule(optimizer)
+        if schedule is None:
+            return None
+        with strategy.scope():
+            wrapped = keras3_schedule_class()(schedule)
+        optimizer.learning_rate = wrapped  # a LossScaleOptimizer sets its inner one's
+        # our own mark, read by the round's apply (not a Keras attribute: no tracking)
+        object.__setattr__(optimizer, "_tf_hetero_schedule", wrapped)
+        return wrapped.extra
+    lr = getattr(optimizer, "learning_rate", None)
     schedule = lr if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule) else None
     if schedule is None:
         schedule = _schedule_of(optimizer)

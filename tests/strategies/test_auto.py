@@ -9,23 +9,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support import small
+from support import keras3 as k3, small
 
 pytestmark = pytest.mark.cluster
 
 B = 8
 
 
-def _fit(strategy, optimizer, steps=24, epochs=2, batch=B, profile="slow=2:4;base_ms=20"):
+def _fit(strategy, optimizer, steps=24, epochs=2, batch=B, profile="slow=2:4;base_ms=20",
+         keras3=False):
     import tf_keras as keras
 
     import tf_hetero
 
     with strategy.scope():
-        model = small.model()
-        model.compile(optimizer, small.loss())
+        model = k3.model() if keras3 else small.model()
+        model.compile(optimizer, k3.loss() if keras3 else small.loss())
     tf_hetero.emulate(model, profile, strategy=strategy)
-    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(batch)), epochs=epochs,
+    data = small.dataset_fn(batch)
+    model.fit(data if keras3 else keras.utils.experimental.DatasetCreator(data), epochs=epochs,
               steps_per_epoch=steps, verbose=0)
     return model
 
@@ -55,18 +57,35 @@ def test_a_slow_worker_gets_sized_rounds_and_every_update_is_counted(inprocess_c
     assert all(r.info["scale"] >= 1.0 for r in rounds)
 
 
-def test_a_schedule_moves_on_by_each_rounds_gain(inprocess_cluster):
-    import tf_keras as keras
-
+@pytest.mark.parametrize("flavour", ["tf_keras", "keras3"])
+def test_a_schedule_moves_on_by_each_rounds_gain(inprocess_cluster, flavour):
+    """The schedule is evaluated at iterations + the rounds' gains beyond one step each (a
+    Keras 3 model: a LossScaleOptimizer around SGD with a Keras 3 schedule)."""
     import tf_hetero
 
     strategy = tf_hetero.AutoStrategy(inprocess_cluster.resolver)
-    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([1000], [0.02, 0.002])
-    model = _fit(strategy, keras.optimizers.SGD(schedule, momentum=0.9), steps=12, epochs=1)
-    extra = float(model.optimizer._tf_hetero_schedule.extra.numpy())  # pylint: disable=protected-access
+    if flavour == "keras3":
+        import keras
+
+        tf_hetero.keras3.enable()
+        schedule = keras.optimizers.schedules.PiecewiseConstantDecay([1000], [0.02, 0.002])
+        with strategy.scope():  # a Keras 3 optimizer keeps the strategy it was made under
+            optimizer = keras.optimizers.LossScaleOptimizer(
+                keras.optimizers.SGD(schedule, momentum=0.9))
+    else:
+        import tf_keras as keras
+
+        schedule = keras.optimizers.schedules.PiecewiseConstantDecay([1000], [0.02, 0.002])
+        optimizer = keras.optimizers.SGD(schedule, momentum=0.9)
+    model = _fit(strategy, optimizer, steps=12, epochs=1, keras3=flavour == "keras3")
+    wrapped = model.optimizer._tf_hetero_schedule  # pylint: disable=protected-access
+    extra = float(wrapped.extra.numpy())
     gains = [r.info["scale"] for r in strategy.engine.rounds if r.applied > 0]
     assert extra == pytest.approx(sum(g - 1.0 for g in gains), rel=1e-5)
     assert extra > 0  # the rounds stepped more than one batch's worth
+    if flavour == "keras3":  # the schedule the optimizer evaluates is the wrapped one
+        assert model.optimizer.inner_optimizer._learning_rate is wrapped  # pylint: disable=protected-access
+        assert wrapped.base is schedule
 
 
 def test_adam_is_refused_before_training_with_the_fix(inprocess_cluster):

@@ -212,27 +212,6 @@ def test_a_sized_strategy_evaluates_keras3_models_on_whole_batches(cluster, name
     assert got["accuracy"] == pytest.approx(want["accuracy"], abs=1e-6)
 
 
-def test_what_rounds_do_not_do_for_keras3_yet_is_refused_before_a_step(cluster):
-    """What a round does not do for Keras 3 yet is refused with one line, nothing trained:
-    AutoStrategy advances a tf_keras schedule by each update's gain; not yet a Keras 3 one
-    (nor one inside a LossScaleOptimizer, whose inner SGD it otherwise takes)."""
-    import keras
-
-    import tf_hetero
-
-    data = k3.rows_fn(*k3.rows(64))
-    strategy = tf_hetero.AutoStrategy(cluster.resolver)
-    with strategy.scope():
-        model = k3.model()
-        schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
-        model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(schedule)),
-                      k3.loss())
-    with pytest.raises(ValueError, match=r"^AutoStrategy: the Keras 3 optimizer's learning "
-                                         r"rate is a schedule.*Fix: a constant"):
-        model.fit(data, epochs=1, steps_per_epoch=3, verbose=0)
-    assert int(model.optimizer.iterations.numpy()) == 0
-
-
 @pytest.mark.parametrize("opt", ["sgd_momentum", "adam"])
 def test_a_live_move_carries_a_keras3_optimizers_slots_and_loses_nothing(cluster, opt):
     """BSP with live rebalancing: after 2 of 4 rounds the controller moves one kernel off the
