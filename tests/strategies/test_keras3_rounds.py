@@ -30,6 +30,8 @@ N = 3  # workers of the shared cluster
 OPTIMIZERS = {"sgd": lambda keras: keras.optimizers.SGD(0.1),
               "sgd_momentum": lambda keras: keras.optimizers.SGD(0.1, momentum=0.9),
               "adam": lambda keras: keras.optimizers.Adam(0.01),
+              # its weight decay acts once per update, in the round's apply
+              "adamw": lambda keras: keras.optimizers.AdamW(0.01, weight_decay=0.1),
               # its scale doubles after 2 finite steps: the 3 rounds change it once
               "loss_scale": lambda keras: keras.optimizers.LossScaleOptimizer(
                   keras.optimizers.SGD(0.1, momentum=0.9), dynamic_growth_steps=2)}
@@ -86,6 +88,41 @@ def test_a_bsp_round_under_keras3_is_one_step_on_the_workers_batches_together(cl
     _assert_same_optimizer_state(model.optimizer, reference.optimizer)
     assert any(np.abs(w - s).max() > 1e-3  # the reference moved: the check has teeth
                for w, s in zip(reference.get_weights(), k3.model(1).get_weights()))
+
+
+def test_a_custom_keras3_train_step_calling_apply_makes_one_update_per_round(cluster):
+    """A Keras 3 model whose own ``train_step`` computes its loss with a tape and calls
+    ``optimizer.apply`` (not ``apply_gradients``): a BSP round is still one step on the
+    workers' batches together, weights and optimizer state."""
+    import keras
+    import tensorflow as tf
+
+    import tf_hetero
+
+    class OwnStep(keras.Sequential):
+        def train_step(self, data):
+            x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+            with tf.GradientTape() as tape:
+                loss = k3.loss()(y, self(x, training=True))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply(grads, self.trainable_variables)
+            return {"loss": loss}
+
+    x, y = k3.rows(N * k3.B, seed=2)
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    with strategy.scope():
+        model = k3.model(1, cls=OwnStep)
+        model.compile(OPTIMIZERS["sgd_momentum"](keras))
+    reference = k3.model(1, cls=OwnStep)
+    reference.compile(OPTIMIZERS["sgd_momentum"](keras))
+    rounds = 3
+    model.fit(_worker_blocks(x, y), epochs=1, steps_per_epoch=rounds * N, verbose=0)
+    for _ in range(rounds):
+        reference.train_on_batch(x, y)
+    assert int(model.optimizer.iterations.numpy()) == rounds
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    _assert_same_optimizer_state(model.optimizer, reference.optimizer)
 
 
 def _assert_same_optimizer_state(got, want) -> None:

@@ -15,13 +15,14 @@ from support.small import CLASSES, FEATURES
 B = 8
 
 
-def model(seed: int = 1):
+def model(seed: int = 1, cls=None):
     """Input(FEATURES) -> Dense(4, tanh) -> Dense(CLASSES) logits, Glorot-initialised from
-    ``seed`` (built: it has an ``Input``)."""
+    ``seed`` (built: it has an ``Input``); ``cls``: a ``keras.Sequential`` subclass to make
+    (e.g. one with its own ``train_step``)."""
     import keras
 
     init = keras.initializers.GlorotUniform
-    return keras.Sequential([
+    return (cls or keras.Sequential)([
         keras.Input((FEATURES,)),
         keras.layers.Dense(4, activation="tanh", kernel_initializer=init(seed)),
         keras.layers.Dense(CLASSES, kernel_initializer=init(seed + 1))])
