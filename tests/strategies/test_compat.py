@@ -20,7 +20,9 @@ Cases (each bundles several uses, to keep the matrix quick):
   model whose custom ``train_step`` calls ``optimizer.apply_gradients``;
 - ``failures``: a ``fit`` that raises, then a fit that trains (its tasks apply), then a second
   model trained after it on the same strategy (the first left untouched by the second's
-  rounds: momentum would move it).
+  rounds: momentum would move it);
+- ``keras3``: the ``tutorial`` case with a Keras 3 model (issue 50), through
+  ``tf_hetero.keras3.enable()``.
 """
 
 from __future__ import annotations
@@ -60,29 +62,44 @@ def _strings_fn(batch):
 
 
 def case_tutorial(strategy, tmp_path):
-    import tensorflow as tf
-    import tf_keras as keras
+    _tutorial(strategy, tmp_path, keras3=False)
 
+
+def _tutorial(strategy, tmp_path, keras3: bool):
+    """The tutorial case, with a tf_keras model or a Keras 3 one (``tf_hetero.keras3``; the
+    dataset function itself, as Keras 3 has no ``DatasetCreator``; its ``.weights.h5``
+    checkpoint; no TensorBoard, whose Keras 3 defaults write per batch)."""
+    import tensorflow as tf
+
+    import tf_hetero
+
+    keras = tf_hetero.models.keras_module(keras3)
+    if keras3:
+        tf_hetero.keras3.enable()
     words, labels = _strings_fn(B)
     with strategy.scope():
         lookup = keras.layers.StringLookup(vocabulary=VOCAB, mask_token=None)
-        model = keras.Sequential([keras.layers.Embedding(len(VOCAB) + 1, 4, input_length=1),
-                                  keras.layers.Flatten(), keras.layers.Dense(small.CLASSES)])
-        model.compile(keras.optimizers.SGD(0.1), small.loss(), metrics=["accuracy"])
+        embedding = (keras.layers.Embedding(len(VOCAB) + 1, 4) if keras3
+                     else keras.layers.Embedding(len(VOCAB) + 1, 4, input_length=1))
+        model = keras.Sequential([embedding, keras.layers.Flatten(),
+                                  keras.layers.Dense(small.CLASSES)])
+        model.compile(keras.optimizers.SGD(0.1),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
 
     def dataset_fn(ctx=None):
         ds = tf.data.Dataset.from_tensor_slices((words, labels)).repeat().batch(B)
         return without_autotune(ds.map(lambda x, y: (tf.expand_dims(lookup(x), -1), y)))
 
-    data = keras.utils.experimental.DatasetCreator(dataset_fn)
+    data = dataset_fn if keras3 else keras.utils.experimental.DatasetCreator(dataset_fn)
+    checkpoint = tmp_path / ("ckpt.weights.h5" if keras3 else "ckpt")
     callbacks = [
-        keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpt"), save_weights_only=True),
+        keras.callbacks.ModelCheckpoint(str(checkpoint), save_weights_only=True),
         keras.callbacks.EarlyStopping(monitor="loss", patience=5),
         keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
-        keras.callbacks.TensorBoard(str(tmp_path / "tb")),
         keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr),
         keras.callbacks.BackupAndRestore(str(tmp_path / "backup")),
-    ]
+    ] + ([] if keras3 else [keras.callbacks.TensorBoard(str(tmp_path / "tb"))])
     history = model.fit(data, epochs=2, steps_per_epoch=2 * N, validation_data=data,
                         validation_steps=2, callbacks=callbacks, verbose=0)
     assert len(history.history["loss"]) == 2 and "val_loss" in history.history
@@ -205,9 +222,13 @@ def case_failures(strategy, tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
+def case_keras3(strategy, tmp_path):
+    _tutorial(strategy, tmp_path, keras3=True)
+
+
 CASES = {"tutorial": case_tutorial, "tensors": case_tensors,
          "steps_per_execution": case_steps_per_execution, "partitioned": case_partitioned,
-         "failures": case_failures}
+         "failures": case_failures, "keras3": case_keras3}
 
 
 @pytest.mark.parametrize("name", registry.names())
