@@ -17,7 +17,7 @@ the run did not reach is left empty, not counted as a pass.
 ...   name="test_compatibility[steps_per_execution-hpspipe]">
 ...   <properties><property name="cell" value="refused"/></properties></testcase>
 ... <testcase classname="tests.test_strategies_compat_inprocess"
-...   name="test_compatibility[tutorial-hpspipe]">
+...   name="test_compatibility[tutorial-hpspipe]@inprocess-compat">
 ...   <failure message="AssertionError: weights moved&#10;more">...</failure></testcase>
 ... </testsuite></testsuites>'''
 >>> print(matrix(cells(xml)))
@@ -35,7 +35,9 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-_NAME = re.compile(r"^test_compatibility\[(?P<case>[^-\]]+)-(?P<strategy>[^\]]+)\]$")
+#: A cell's test name; under ``make test`` (pytest-xdist, ``--dist loadgroup``) the report
+#: appends the test's group: ``test_compatibility[tutorial-bsp]@inprocess-compat``.
+_NAME = re.compile(r"^test_compatibility\[(?P<case>[^-\]]+)-(?P<strategy>[^\]]+)\](@[^\s]+)?$")
 
 
 def cells(xml_text: str) -> dict:
