@@ -403,14 +403,6 @@ class Accumulators:
                         kept.append(tf.IndexedSlices(values, g.indices, g.dense_shape)
                                     if isinstance(g, tf.IndexedSlices) else values)
                 grads = kept
-                # 1: the LossScaleOptimizer skips the round (its check: every value it gets
-                # finite; `check_finite`, k3/optimizers/loss_scale_optimizer.py)
-                skipped = tf.constant(0.0, tf.float64)
-                if skips:
-                    skipped = tf.cast(tf.logical_not(tf.reduce_all(tf.stack([
-                        tf.reduce_all(tf.math.is_finite(
-                            g.values if isinstance(g, tf.IndexedSlices) else g))
-                        for g in grads]))), tf.float64)
                 zero = tf.constant(0.0, tf.float64)
                 with tf.device(self.losses.device):
                     own64 = tf.cast(own, tf.float64)
@@ -422,10 +414,18 @@ class Accumulators:
                 stats = [tf.cast(n_own, tf.float64), tf.reduce_sum(tf.cast(own, tf.float64)),
                          tf.add_n(own_sq) if own_sq else zero,
                          tf.add_n(lane_sq) if lane_sq else zero, loss]
+                # read before the update (ops on one variable run in program order)
+                before = tf.identity(optimizer.iterations) if skips else None
                 done = [optimizer.apply_gradients(zip(grads, self.variables))]
-                if tau_extra is not None:  # a scale-invariant schedule moves on by the gain
+                skipped = zero  # 1: the LossScaleOptimizer skipped the round, by its own
+                if skips:  # check: it made no update, so its iterations did not move
                     with tf.control_dependencies(done):
-                        done = [tau_extra.assign_add(tf.cast(scale, tau_extra.dtype) - 1.0)]
+                        skipped = tf.cast(tf.equal(tf.identity(optimizer.iterations), before),
+                                          tf.float64)
+                if tau_extra is not None:  # a scale-invariant schedule moves on by the gain
+                    with tf.control_dependencies(done):  # of an update made (none if skipped)
+                        done = [tau_extra.assign_add((tf.cast(scale, tau_extra.dtype) - 1.0)
+                                                     * tf.cast(1.0 - skipped, tau_extra.dtype))]
                 with tf.control_dependencies(done):
                     return tf.stack([tf.cast(applied, tf.float64), norm] + stats + [skipped])
 

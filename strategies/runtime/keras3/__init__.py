@@ -47,12 +47,6 @@ def _uses_ps(model) -> bool:
     return tfcompat.strategy.uses_coordinator(model.distribute_strategy)
 
 
-def _checked_strategy(model):
-    from tf_hetero.strategies.runtime.keras3 import checks
-
-    checks.check_strategy(model.distribute_strategy)
-
-
 def _routed(name: str):
     def make(original):
         @functools.wraps(original)
@@ -63,7 +57,7 @@ def _routed(name: str):
             from tf_hetero.strategies.runtime.fitplan import state_of
             from tf_hetero.strategies.runtime.keras3 import checks, loop
 
-            _checked_strategy(self)
+            checks.check_strategy(self.distribute_strategy)
             if name in ("train_on_batch", "test_on_batch"):
                 checks.refuse_on_batch(name)
             if state_of(self.distribute_strategy) is None:  # stock PSS: TF's own errors
