@@ -27,9 +27,10 @@ def profiled(cluster):
 
 def test_the_phases_of_each_round_add_up_along_the_slow_workers_task(profiled):
     """Every training round but the first (it traces) is profiled along the task that closed
-    it, the 3x slow worker's: its device phase lasts at least that worker's budget, every
-    phase is a non-negative part of the round, and they add up to the measured rounds. With
-    no stamps on the workers or no apply timings, no round would be profiled."""
+    it: its device phase lasts at least that task's emulated budget, which is the 3x slow
+    worker's for at least some rounds (under load a fast worker launched late may close one);
+    every phase is a non-negative part of the round, and they add up to the measured rounds.
+    With no stamps on the workers or no apply timings, no round would be profiled."""
     from tf_hetero.telemetry import roundprofile
 
     strategy, device = profiled
@@ -44,7 +45,8 @@ def test_the_phases_of_each_round_add_up_along_the_slow_workers_task(profiled):
     phases = profile["phases"]
     assert all(v >= 0 for v in phases.values()), phases
     assert profile["sum_ms"] == pytest.approx(profile["measured_ms"], rel=1e-9)
-    assert phases["device"] >= 3 * BASE_MS * 0.999, phases
+    assert BASE_MS < profile["budget_ms"] <= 3 * BASE_MS * 1.001, profile
+    assert phases["device"] >= profile["budget_ms"] * 0.999, profile
     assert phases["apply_call"] > 0, phases
 
 

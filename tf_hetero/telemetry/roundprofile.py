@@ -128,6 +128,8 @@ def round_profile(rounds, stamps: Sequence, offset: float, applies=(), skip: int
     Returns ``unit`` (``"round"``), ``phases`` (mean ms each), ``sum_ms``, ``measured_ms``
     (the mean open -> next open of the same rounds), ``count``, ``unmatched``, ``first_ms``,
     ``over_budget_ms`` (the closing task's device phase beyond its emulated budget),
+    ``budget_ms`` (the closing task's emulated device budget: the device phase is never
+    shorter),
     ``task_wait_ms`` (a mean task's wait from its end to the close: the barrier the other
     tasks pay) and
     ``launch_all_ms`` (the launch phase of a mean task of the round, not only the closing one).
@@ -139,7 +141,7 @@ def round_profile(rounds, stamps: Sequence, offset: float, applies=(), skip: int
     for r in rounds:
         books.setdefault(r.book, []).append(r)
     phases = {k: [] for k in ROUND_PHASES}
-    extra = {"over_budget_ms": [], "task_wait_ms": [], "launch_all_ms": []}
+    extra = {"over_budget_ms": [], "budget_ms": [], "task_wait_ms": [], "launch_all_ms": []}
     measured, unmatched, first = [], 0, None
     for book in books.values():
         book.sort(key=lambda r: r.t_open)
@@ -174,6 +176,7 @@ def round_profile(rounds, stamps: Sequence, offset: float, applies=(), skip: int
             for name, a, b in zip(ROUND_PHASES, points, points[1:]):
                 phases[name].append(b - a)
             extra["over_budget_ms"].append(max(device_end - first_op - budget, 0.0))
+            extra["budget_ms"].append(budget)
             extra["task_wait_ms"].append(statistics.fmean(r.t_close - t.t_end for t in done))
             extra["launch_all_ms"].append(statistics.fmean(
                 span[0] - _called(t) for t, span in spans if span is not None))
