@@ -175,3 +175,28 @@ def test_fail_stops_rounds_from_closing_and_dispatching_an_apply():
     e.task_finished(t0, 0)  # a closure that was already running finishes
     assert d.applies == []
     assert e.idle()
+
+
+# --------------------------------------------------------------------- restart (PS failover)
+def test_restart_rounds_abandons_the_rounds_without_an_error_and_returns_the_unfinished_steps():
+    """A PS failover: the round in progress (one task done, one running) and the pending
+    tasks are given back to be made again, the done one is not (its step ended); the engine
+    takes new tasks and runs a new round with them; a failure of an abandoned task's closure
+    is an echo of the old generation and fails nothing."""
+    e, d, _, _ = bsp(2)
+    t0, t1 = [e.submit(i) for i in range(2)]
+    pending = [e.submit(i) for i in range(2, 4)]
+    e.task_started(t0, 0)
+    e.task_started(t1, 1)
+    e.task_finished(t0, 0)
+    before = e.generation
+    rounds, orphans = e.restart_rounds()
+    assert rounds == 1 and e.generation == before + 1
+    assert orphans == [t.payload for t in pending] + [t1.payload]
+    assert e.error is None and e.rounds[0].abandoned
+    e.task_failed(t1, 1, RuntimeError("the dead PS, met by an abandoned closure"), since=before)
+    assert e.error is None
+    new = [e.submit(i) for i in (10, 11)]  # the steps made again
+    for w, t in enumerate(new):
+        run(e, t, w)
+    assert d.applies and d.applies[-1][0] == new[0].round

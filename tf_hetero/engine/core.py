@@ -124,6 +124,7 @@ class RoundEngine(RoundCycle):
         self._flushing = False
         self._last_plan = None  # (context key, plan): see _plan
         self._error: BaseException | None = None
+        self._restarting = False  # restart_rounds until resume(): not idle
         #: Counts cleared errors: a failure seen by a closure that started before the last
         #: clear belongs to a fit whose error already reached the user (``fail(since=)``).
         self.generation = 0
@@ -220,7 +221,7 @@ class RoundEngine(RoundCycle):
 
     def idle(self) -> bool:
         with self._lock:
-            return (not self._pending and not any(b.busy for b in self.books)
+            return (not self._restarting and not self._pending and not any(b.busy for b in self.books)
                     and not any(self._running.values())
                     and not any(c.has_work() for c in self.components))
 
@@ -418,24 +419,65 @@ class RoundEngine(RoundCycle):
                 return
             if self._error is None:
                 self._error = error
-            while self._pending:
-                self.dispatcher.cancel(self._pending.popleft())
-            self._pending_steps = 0
-            for echoes in self._echoes.values():  # steps that would end with a task that won't
-                for task in echoes:
-                    self.dispatcher.cancel(task)
-            self._echoes.clear()
+            self._abandon()
+
+    def restart_rounds(self) -> tuple[int, list]:
+        """Abandons the rounds in progress, as :meth:`fail` does, but without an error: the
+        fit goes on (a PS failover: the work in flight read variables that are gone). The
+        :attr:`generation` moves on, so what the abandoned tasks' closures still raise is
+        their echo and fails nothing. Returns the rounds abandoned and the payloads of the
+        steps that will now never end (pending, queued or running in an abandoned round,
+        or absorbed into a task that will not finish; not those whose task finished): the
+        caller submits them again, made anew."""
+        with self._lock:
+            self.generation += 1
+            self._restarting = True  # not idle until resume(): the steps come back
+            orphans = [t.payload for t in self._pending]
+            orphans += [t.payload for echoes in self._echoes.values() for t in echoes]
+            rounds = 0
             for book in self.books:
                 for rnd in (book.open, book.applying, book.queued):
-                    if rnd is not None and not rnd.closed:
-                        rnd.closed, rnd.t_close, rnd.abandoned = True, self.clock(), True
-                        rnd.pull = []
-                book.open = book.applying = book.queued = None
-            for c in self.components:
-                c.on_fail()
-            for tasks in self._running.values():
-                tasks.clear()
+                    if rnd is None or rnd.abandoned:
+                        continue
+                    rounds += 1
+                    orphans += [t.payload for t in rnd.tasks
+                                if t.state in (S.QUEUED, S.DISPATCHED, S.RUNNING)]
+                    if rnd.closed and not rnd.applied:  # its apply is skipped
+                        rnd.abandoned = True
+            self._abandon()
+            self._flushing = False
+            self._pump()
+            return rounds, list({id(p): p for p in orphans}.values())
+
+    def resume(self) -> None:
+        """After :meth:`restart_rounds`, once its steps were submitted again (or the
+        engine failed): ``join`` may find the engine idle again."""
+        with self._lock:
+            self._restarting = False
             self._changed.notify_all()
+
+    def _abandon(self) -> None:
+        """Cancels what is pending and abandons every round in progress (lock held): a task
+        of theirs that still starts writes nothing, one that still finishes applies
+        nothing."""
+        while self._pending:
+            self.dispatcher.cancel(self._pending.popleft())
+        self._pending_steps = 0
+        for echoes in self._echoes.values():  # steps that would end with a task that won't
+            for task in echoes:
+                self.dispatcher.cancel(task)
+        self._echoes.clear()
+        for book in self.books:
+            for rnd in (book.open, book.applying, book.queued):
+                if rnd is not None and not rnd.closed:
+                    rnd.closed, rnd.t_close, rnd.abandoned = True, self.clock(), True
+                    rnd.pull = []
+            book.open = book.applying = book.queued = None
+        for c in self.components:
+            c.on_fail()
+        for tasks in self._running.values():
+            tasks.clear()
+        self._changed.notify_all()
 
     def raise_if_error(self) -> None:
         """Raises the error the engine failed with, if any (it stays until cleared)."""
