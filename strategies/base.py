@@ -17,6 +17,8 @@ strategies (:mod:`tf_hetero.strategies.presets`, :mod:`~tf_hetero.strategies.eps
 
 from __future__ import annotations
 
+import weakref
+
 import tensorflow as tf
 
 # The pure part (which policies and components a strategy uses) lives in config.py, shared
@@ -27,6 +29,7 @@ from tf_hetero.policies.placement import parse_active
 from tf_hetero.strategies.config import EngineConfig, batch_sizes
 from tf_hetero.strategies.runtime.fitplan import FitState
 from tf_hetero.telemetry import Monitor
+from tf_hetero.tfcompat import variables as tfvars
 
 __all__ = ["HeteroStrategy", "HeteroExtended", "EngineConfig", "num_workers", "batch_sizes"]
 
@@ -65,6 +68,23 @@ class HeteroExtended(tfcompat.strategy.Extended):
             plan_from_model(self.placement, tfcompat.strategy.variable_partitioner(self))
         if monitor is not None:
             monitor.placement = self.placement
+
+    def _create_variable(self, next_creator, **kwargs):
+        var = super()._create_variable(next_creator, **kwargs)
+        # Every PS variable (model, slots, metrics, accumulators), weakly: a failover
+        # copies and restores them all (strategies/runtime/failover.py).
+        created = self.__dict__.setdefault("created_variables", [])
+        shards = [var] if tfvars.is_ps_variable(var) else getattr(var, "variables", [var])
+        for v in shards:  # a ShardedVariable's shards each on their own
+            created.append(weakref.ref(v))
+        return var
+
+    def ps_variables(self) -> list:
+        """The strategy's live PS variables (each shard on its own), in creation order."""
+        refs = self.__dict__.get("created_variables", [])
+        alive = [r for r in refs if r() is not None]
+        refs[:] = alive
+        return [v for v in (r() for r in alive) if tfvars.is_ps_variable(v)]
 
     def _create_variable_round_robin(self, next_creator, **kwargs):
         if self.placement is None:
@@ -161,6 +181,40 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
             self._rebalance_summarized = True
             self.monitor.add_summary(lambda rounds, num_workers: (
                 self.rebalancer.controller.summary() if self.rebalancer is not None else {}))
+
+    def set_failover(self, failover=True) -> None:
+        """PS failover during ``fit`` (round strategies; experimental: not every kill
+        recovers yet, docs/FAILOVER.md): ``True``, an int (applied rounds
+        between two copies of the PS variables, default 8), a
+        :class:`tf_hetero.policies.failover.FailoverConfig`, or ``None``/``False`` (off).
+
+        The chief keeps a copy of every PS variable every ``every`` applied rounds; when a
+        PS task dies, its variables are created again from the copy on a standby PS (one
+        in TF_CONFIG left out of :meth:`scale_ps`'s set) or the surviving PS with the least
+        load, the model rolls back to the copy, and ``fit`` goes on, saying in one line what
+        was lost (docs/FAILOVER.md)::
+
+            strategy = tf_hetero.BSPStrategy(resolver)   # 3 PS tasks in TF_CONFIG
+            strategy.scale_ps(2)                         # PS 2 stands by
+            strategy.set_failover(8)
+        """
+        from tf_hetero.policies.failover import make
+
+        config = make(failover)
+        if config is None:
+            self.coordinator.failover = None
+            return
+        engine = self.coordinator.engine
+        if engine is None or not engine.rounds_mode or self.config.switches_modes:
+            raise ValueError(
+                f"{type(self).__name__}.set_failover({failover!r}): failover rolls the model "
+                "back to a copy taken at a round boundary, and this strategy's tasks apply "
+                "asynchronously. Fix: use a round strategy (BSP, H-PS, EPSP, backup workers, "
+                "grouped sync, CASP) or drop set_failover (a dead PS then raises "
+                "tf_hetero.ParameterServerError; resume with BackupAndRestore).")
+        from tf_hetero.strategies.runtime.failover import Failover
+
+        self.coordinator.failover = Failover(self.coordinator, config)
 
     def scale_ps(self, active) -> None:
         """Elastic PS scaling: only the PS tasks in ``active`` hold variables from now on.

@@ -72,6 +72,7 @@ _EXPORTS = {
     "AutoStrategy": "tf_hetero.strategies",
     "ParameterServerError": "tf_hetero.strategies",
     "DivergenceError": "tf_hetero.policies.diverge",
+    "FailoverConfig": "tf_hetero.policies.failover",
 }
 _SUBPACKAGES = ("models", "strategies", "data", "engine", "policies", "telemetry", "cluster",
                 "emulation", "callbacks", "tflogs", "keras3")

@@ -16,6 +16,7 @@ book land in round order and the two accumulator slots stay consistent.
 from __future__ import annotations
 
 import collections
+import contextlib
 import queue as queue_lib
 import threading
 import time
@@ -48,14 +49,28 @@ class ChiefApplier:
         self._queue: queue_lib.Queue = queue_lib.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        #: Held while an apply runs; a failover holds it while it restores the variables.
+        self.running = threading.Lock()
         self.timings: collections.deque = collections.deque(maxlen=self.KEEP)
+
+    @contextlib.contextmanager
+    def held(self, timeout: float):
+        """No apply runs inside (the one running, if any, ends first; at most ``timeout``
+        seconds, then ``TimeoutError``)."""
+        if not self.running.acquire(timeout=timeout):
+            raise TimeoutError(f"the round apply running did not end within {timeout:.0f} s")
+        try:
+            yield
+        finally:
+            self.running.release()
 
     def submit(self, round_id: int, fn, args: tuple) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=_loop,
-                                                args=(self._coordinator, self._queue, self.timings),
-                                                daemon=True, name="tf-hetero-apply")
+                self._thread = threading.Thread(
+                    target=_loop, args=(self._coordinator, self._queue, self.timings,
+                                        self.running),
+                    daemon=True, name="tf-hetero-apply")
                 self._thread.start()
         self._queue.put((round_id, fn, args, time.perf_counter()))
 
@@ -64,7 +79,7 @@ class ChiefApplier:
         self._queue.put(None)
 
 
-def _loop(ref, work, timings) -> None:
+def _loop(ref, work, timings, running) -> None:
     while True:
         try:
             item = work.get(timeout=POLL_S)
@@ -80,26 +95,34 @@ def _loop(ref, work, timings) -> None:
         if coordinator is None:
             return
         round_id, fn, args, submitted = item
-        engine = coordinator.engine
-        try:
-            with coordinator.strategy.scope():
-                called = time.perf_counter()
-                applied, norm, *stats, skipped = (float(v) for v in fn(*args).numpy())
-                timings.append((round_id, submitted, called, time.perf_counter()))
-        except Exception as e:  # pylint: disable=broad-except
-            engine.fail(translate(e))  # e.g. a PS went away: the user gets the clear error
-        else:
+        engine, failover = coordinator.engine, coordinator.failover
+        with running:
+            if engine.rounds[round_id].abandoned:  # a failover rolled the model back
+                del coordinator, engine, failover
+                continue
             try:
-                if skipped:  # a LossScaleOptimizer skipped it: no update, no finding
-                    engine.apply_finished(round_id, 0)
-                    if engine.monitor:
-                        engine.monitor.on_event("round_skipped", round=round_id,
-                                                why="loss scale: non-finite gradient")
-                else:
-                    engine.apply_finished(round_id, int(round(applied)), grad_norm=norm,
-                                          gradient=GradientSample(*stats))
+                with coordinator.strategy.scope():
+                    called = time.perf_counter()
+                    applied, norm, *stats, skipped = (float(v) for v in fn(*args).numpy())
+                    timings.append((round_id, submitted, called, time.perf_counter()))
+                if failover is not None and not skipped:
+                    failover.after_apply(round_id)  # nothing writes the variables here
             except Exception as e:  # pylint: disable=broad-except
-                # A fault of ours past the apply must still end the fit: a dead apply
-                # thread would leave every later round waiting for its apply.
-                engine.fail(e)
-        del coordinator, engine
+                if failover is None or not failover.take(e):
+                    engine.fail(translate(e))  # e.g. a PS went away: the clear error
+                del coordinator, engine, failover
+                continue
+        try:
+            if skipped:  # a LossScaleOptimizer skipped it: no update, no finding
+                engine.apply_finished(round_id, 0)
+                if engine.monitor:
+                    engine.monitor.on_event("round_skipped", round=round_id,
+                                            why="loss scale: non-finite gradient")
+            else:
+                engine.apply_finished(round_id, int(round(applied)), grad_norm=norm,
+                                      gradient=GradientSample(*stats))
+        except Exception as e:  # pylint: disable=broad-except
+            # A fault of ours past the apply must still end the fit: a dead apply
+            # thread would leave every later round waiting for its apply.
+            engine.fail(e)
+        del coordinator, engine, failover

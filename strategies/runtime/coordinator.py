@@ -58,6 +58,9 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
                 grouping=self.config.grouping, update_scale=self.config.update_scale)
         #: Live rebalancing (strategy ``rebalance=``; strategies/runtime/rebalance.py) or None.
         self.rebalancer = None
+        #: PS failover (``HeteroStrategy.set_failover``; strategies/runtime/failover.py) or None.
+        self.failover = None
+        self._kept_traces: list = []  # functions traced on a placement since left (alive)
         self.stopped = False  # shutdown() was called: the ticker ends, nothing is scheduled
         fitplan.install()  # each fit's first step says how many updates the fit makes
         granules.install()  # evaluation data stays in whole batches (sized strategies)
@@ -87,6 +90,14 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
 
     # ------------------------------------------------------------ public API
     def schedule(self, fn, args=None, kwargs=None):
+        failover = self.failover
+        if failover is None:
+            return self._schedule(fn, args, kwargs)
+        failover.wait_ready()  # a recovery in progress: the step is made after it
+        with failover.lock:  # and none is made on the old placement during one
+            return self._schedule(fn, args, kwargs)
+
+    def _schedule(self, fn, args, kwargs):
         if self.rebalancer is not None and fn not in self.tracer.entries:
             self.rebalancer.before_trace()  # decision 0 may move variables before the trace
         entry = self.tracer.entry(fn, args or (), kwargs or {})
@@ -148,6 +159,8 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
 
     def join(self):
         try:
+            if self.failover is not None:
+                self.failover.wait_ready()  # a recovery in progress: the fit goes on after it
             if self.engine is not None:
                 watchdog.wait_bounded(self, lambda: self.engine.wait_idle(timeout=1.0))
             else:  # ASP: TF's own wait, with the stall bound
@@ -176,6 +189,17 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
             raise
 
     # ------------------------------------------------------- for the runtime
+    def forget_traces(self) -> list:
+        """Drops the traced functions that captured the old placement (kept alive: a
+        tf.function garbage-collected during fit stalls on blocking RPCs, TF_INTERNALS.md):
+        the next task traces its step again. Returns the keys (accumulator sets) of the
+        apply functions dropped."""
+        applies, drains = self.dispatcher.forget_functions()
+        self._kept_traces.append((dict(self.tracer.entries), applies, drains))
+        self.tracer.entries.clear()
+        self.closures.clear()  # copies would run the old traces
+        return list(applies)
+
     @property
     def errors_reached_user(self) -> int:
         """Errors raised to the user so far: the fit a closure made now belongs to

@@ -212,7 +212,7 @@ def _apply_args(weights: np.ndarray, expected: np.ndarray, scale: float,
 
 def hand_on(closure) -> None:
     """Ends the steps absorbed into ``closure``'s round (:meth:`ClosureDispatcher.absorb`)
-    with ``closure``'s result, once a worker ran it. The result is the one the loss watch
+    with ``closure``'s result, once a worker ran it, and the steps those were to end. The result is the one the loss watch
     holds for it (TF's closure keeps only a weak reference to it)."""
     tag = tag_of(closure)
     echoes, tag.echoes = tag.echoes, []
@@ -222,6 +222,11 @@ def hand_on(closure) -> None:
     result = kept if kept is not None else closure.maybe_call_with_output_remote_value(
         lambda r: r)
     values = tfcompat.coordinator.remote_values(result)
-    for echo in echoes:
+    while echoes:  # an echo's own echoes too: it will not run to hand them on (it was
+        echo = echoes.pop()  # absorbed, or made again by a failover and then absorbed)
         echo.maybe_call_with_output_remote_value(
             lambda r: tfcompat.coordinator.set_remote_value(r, values))
+        inner = tag_of(echo)
+        if inner is not None and inner.echoes:
+            echoes.extend(inner.echoes)
+            inner.echoes = []

@@ -101,17 +101,30 @@ def _data_ran_out(strategy) -> int:
     return getattr(tfcompat.coordinator.coordinator_of(strategy), "data_ran_out", 0)
 
 
+def _failovers(strategy) -> int:
+    """How many PS failovers ``strategy``'s coordinator carried out (0 without failover)."""
+    failover = getattr(tfcompat.coordinator.coordinator_of(strategy), "failover", None)
+    return len(failover.events) if failover is not None else 0
+
+
 def _translating(original):
     @functools.wraps(original)
     def call(self, *args, **kwargs):
         strategy = tfvars.model_variables_strategy(self)
         ours = fitplan.state_of(strategy) is not None
         ran_out = _data_ran_out(strategy) if ours else 0
+        failovers = _failovers(strategy) if ours else 0
         try:
             result = original(self, *args, **kwargs)
         except Exception as e:  # pylint: disable=broad-except
             if not ours:
                 raise  # not a tf-hetero strategy's model: stock behaviour
+            if _failovers(strategy) > failovers and not isinstance(e, ParameterServerError):
+                raise ParameterServerError(
+                    f"tf-hetero: this fit failed after {_failovers(strategy) - failovers} PS "
+                    f"failover(s) in it ({type(e).__name__}: {str(e).splitlines()[0]}): what "
+                    "ran on the old placement did not all recover (docs/FAILOVER.md, "
+                    "Limits). Fix: resume from the last checkpoint (BackupAndRestore).") from e
             _raise_translated(e)
         # Keras ends a fit early when the data runs out and, when the step whose logs it
         # fetches last had run, returns as if it had finished (with a warning): the

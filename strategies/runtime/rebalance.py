@@ -68,7 +68,6 @@ class Rebalancer:
         self.next_at = self._window_end(0)
         self._round_index = 0  # monitor.rounds consumed by the last decision
         self._totals = None  # emulated PS counters at the last decision
-        self._keep: list = []  # functions traced before a move (kept alive)
         #: Every move made: ``(decision, unit, from PS, to PS, seconds the move took)``.
         self.moves: list[tuple] = []
         #: When each move was made, on the engine's clock (rounds opened later ran on it).
@@ -328,11 +327,6 @@ class Rebalancer:
         self._record("restore", variable.name, src, dst, t0)
 
     def invalidate(self) -> list:
-        """Drops the traced functions that captured the old placement (kept alive); returns
-        the keys (accumulator sets) of the apply functions dropped."""
-        tracer = self.coordinator.tracer
-        applies, drains = self.coordinator.dispatcher.forget_functions()
-        self._keep.append((dict(tracer.entries), applies, drains))
-        tracer.entries.clear()
-        self.coordinator.closures.clear()  # copies would run the old traces
-        return list(applies)
+        """Drops the traced functions that captured the old placement
+        (``HeteroCoordinator.forget_traces``); returns the keys of the applies dropped."""
+        return self.coordinator.forget_traces()

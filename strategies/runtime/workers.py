@@ -66,6 +66,9 @@ def _instrument_queue(coordinator, attempt) -> None:
         attempt.error = e
 
     def keep_error(e):  # asked under the queue's lock
+        failover = coordinator.failover
+        if failover is not None and failover.can_take(e):
+            return False  # the failover takes it (process_closure): the fit goes on
         fit = getattr(attempt, "errors_seen", None)
         return fit is None or fit == coordinator.errors_reached_user
 
@@ -123,6 +126,12 @@ def _instrument(coordinator, worker, attempt, versions):
         if error is None and attempt.put_back == "cancelled":  # the fit's error: cleared
             error = tf.errors.CancelledError(None, None, "closure cancelled")
         if error is not None and engine is not None:
+            failover = coordinator.failover
+            if failover is not None and fit == engine.generation and failover.take(error):
+                # A PS died: the failover restarts the rounds (this task's among them)
+                if tag is not None and tag.output is not None:
+                    coordinator.losses.forget(closure)
+                return
             if task is not None:
                 engine.task_failed(task, w, translate(error), since=fit)
             else:

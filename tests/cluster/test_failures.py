@@ -6,6 +6,7 @@ its own multi-process LocalCluster."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -57,6 +58,29 @@ def test_killed_ps_raises_clear_error_and_backup_and_restore_resumes(tmp_path, f
     resumed = scenario("resume", tmp_path, ckpt, *extra)
     assert resumed["epochs_run"] == 2  # epoch 1 was restored, epochs 2 and 3 ran
     assert resumed["iterations"] == 15  # 5 restored rounds + 10 new ones
+
+
+def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
+    """BSP, 3 PS tasks (PS 2 standing by), copies every 4 applied rounds, every worker reading
+    the same batch: PS 1 killed after 6 applied rounds, PS 0 six rounds after its failover.
+    The fit ends in the same process with every variable on PS 2, and its weights equal a
+    local model's after ``optimizer.iterations`` SGD steps with momentum on that batch from
+    the same initial weights: one consistent model (a survivor left a round ahead, or a
+    variable not restored from the copy, would differ). Without the failover the fit raises
+    ParameterServerError (test_killed_ps_raises_clear_error_...)."""
+    result = scenario("failover", tmp_path, "bsp", "2")
+    assert result["error"] is None, result["error"]
+    assert result["killed"] == [1, 0]
+    first, second = result["events"]
+    assert (first["dead"], first["target"]) == (1, 2) and first["moved"] > 0
+    assert (second["dead"], second["target"]) == (0, 2) and second["moved"] > 0
+    assert result["devices_after"] == ["/job:ps/replica:0/task:2/device:CPU:0"]
+    assert len(result["losses"]) == 2 and all(math.isfinite(x) for x in result["losses"])
+    # Every round applied counts in optimizer.iterations but the rolled-back ones.
+    rolled_back = first["rolled_back"] + second["rolled_back"]
+    assert result["iterations"] == result["applied"] - rolled_back
+    assert result["iterations"] > 12  # rounds were applied after each failover
+    assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
 
 
 # ---------------------------------------------------------------- chaos, any strategy

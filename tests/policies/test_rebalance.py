@@ -80,6 +80,12 @@ class _Coordinator:
                                       entry=lambda fn, args, kwargs: "retraced")
         self.dispatcher = SimpleNamespace(forget_functions=lambda: ({}, {}))
         self.closures = SimpleNamespace(clear=lambda: None)  # copies of closures (none here)
+        self.kept: list = []
+
+    def forget_traces(self):  # HeteroCoordinator.forget_traces, on these stand-ins
+        self.kept.append(dict(self.tracer.entries))
+        self.tracer.entries.clear()
+        return []
 
 
 def _bsp_engine(workers=2):
@@ -147,7 +153,7 @@ def test_a_boundary_waits_for_the_rounds_in_flight_and_never_forces_a_partial_ro
     assert rebalancer.moves and rebalancer.moves[0][1:4] == ("x", 0, 1)
     # The functions traced before the move are dropped (and kept alive).
     coordinator = rebalancer.coordinator
-    assert coordinator.tracer.entries == {} and rebalancer._keep  # pylint: disable=protected-access
+    assert coordinator.tracer.entries == {} and coordinator.kept == [{"step": "traced"}]
 
 
 @pytest.mark.parametrize("first_window, decided_at", [(1, [2, 4, 10, 16]), (None, [6, 12])])

@@ -270,6 +270,25 @@ def test_rebalance_is_an_option_of_round_strategies_only(cluster):
         tf_hetero.ASPStrategy(cluster.resolver, rebalance=True)
 
 
+def test_failover_is_an_option_of_round_strategies_only(cluster):
+    """``set_failover``: on for a round strategy, off again with None; refused in one line
+    with the fix for asynchronous steps and for impossible settings (docs/FAILOVER.md)."""
+    import tf_hetero
+
+    strategy = tf_hetero.BSPStrategy(cluster.resolver)
+    strategy.set_failover(4)
+    assert strategy.coordinator.failover.config.every == 4
+    strategy.set_failover(None)
+    assert strategy.coordinator.failover is None
+    with pytest.raises(ValueError, match=r"every=0.*int >= 1"):
+        strategy.set_failover(tf_hetero.FailoverConfig(every=0))
+    with pytest.raises(TypeError, match=r"failover='often': give True, an int"):
+        strategy.set_failover("often")
+    with pytest.raises(ValueError, match=r"failover rolls the model back to a copy taken at "
+                                         r"a round boundary.*Fix: use a round strategy"):
+        tf_hetero.ASPStrategy(cluster.resolver).set_failover(True)
+
+
 def _kernel_ps(model):
     from tf_hetero.policies.placement import ps_index
 

@@ -123,31 +123,35 @@ class RowSpec(NamedTuple):
     placement: str | None  # ``balanced`` / ``round_robin``, or None: the strategy's own
     rebalance: bool  # live rebalancing across PS tasks
     keras3: bool  # the row's model is a Keras 3 one (``import keras``), not tf_keras's
+    failover: bool = False  # PS failover (copies of the PS variables every 8 rounds)
 
 
 #: A row's ``+SUFFIX`` settings.
-ROW_SUFFIXES = ("rebalance", "keras3")
+ROW_SUFFIXES = ("rebalance", "keras3", "failover")
 
 
 def split_row(spec: str) -> RowSpec:
-    """``NAME[@PLACEMENT][+rebalance][+keras3][#COPY]`` -> a :class:`RowSpec`.
+    """``NAME[@PLACEMENT][+rebalance][+keras3][+failover][#COPY]`` -> a :class:`RowSpec`.
 
     ``+keras3`` trains the row's model with Keras 3 (``import keras``, on the cluster through
     :func:`tf_hetero.keras3.enable`) instead of tf_keras: ``bsp,bsp+keras3`` runs BSP under
-    both side by side. ``#COPY`` (a number) makes another row of the same settings:
+    both side by side; ``+failover`` turns on PS failover (its copies' cost, beside the row
+    without). ``#COPY`` (a number) makes another row of the same settings:
     ``hps,hps#2`` runs H-PS twice side by side, a control row whose spread says how large a
     difference between rows of one run is noise (docs/MEASUREMENT.md).
 
     >>> tuple(split_row("hps8@balanced")), tuple(split_row("pss"))
-    (('hps8', 'balanced', False, False), ('pss', None, False, False))
+    (('hps8', 'balanced', False, False, False), ('pss', None, False, False, False))
     >>> tuple(split_row("bsp+rebalance")), tuple(split_row("pss+keras3#2"))
-    (('bsp', None, True, False), ('pss', None, False, True))
+    (('bsp', None, True, False, False), ('pss', None, False, True, False))
     >>> split_row("bsp@balanced+rebalance+keras3#3")
-    RowSpec(base='bsp', placement='balanced', rebalance=True, keras3=True)
+    RowSpec(base='bsp', placement='balanced', rebalance=True, keras3=True, failover=False)
+    >>> split_row("hps+failover").failover
+    True
     >>> split_row("bsp+fast")
     Traceback (most recent call last):
     ...
-    ValueError: bench row 'bsp+fast': suffix '+fast' is unknown. Fix: NAME+rebalance, NAME+keras3 or both (NAME+rebalance+keras3).
+    ValueError: bench row 'bsp+fast': suffix '+fast' is unknown. Fix: NAME+rebalance, NAME+keras3, NAME+failover, or several (NAME+rebalance+keras3).
     >>> split_row("hps#b")
     Traceback (most recent call last):
     ...
@@ -161,17 +165,19 @@ def split_row(spec: str) -> RowSpec:
     for suffix in suffixes:
         if suffix not in ROW_SUFFIXES or suffixes.count(suffix) > 1:
             raise ValueError(f"bench row {spec!r}: suffix '+{suffix}' is unknown. Fix: "
-                             "NAME+rebalance, NAME+keras3 or both (NAME+rebalance+keras3).")
+                             "NAME+rebalance, NAME+keras3, NAME+failover, or several "
+                             "(NAME+rebalance+keras3).")
     base, sep, placement = head.partition("@")
     if sep and placement not in PLACEMENTS:
         raise ValueError(f"bench row {spec!r}: placement {placement!r} is unknown. Fix: "
                          f"NAME@balanced or NAME@round_robin ({', '.join(PLACEMENTS)}).")
     rebalance = "rebalance" in suffixes
-    if base == "pss" and (sep or rebalance):
+    failover = "failover" in suffixes
+    if base == "pss" and (sep or rebalance or failover):
         raise ValueError(f"bench row {spec!r}: the stock ParameterServerStrategy places "
                          "variables round-robin only and never moves them. Fix: use a "
                          "tf-hetero strategy, e.g. asp@balanced or bsp+rebalance.")
-    return RowSpec(base, placement if sep else None, rebalance, "keras3" in suffixes)
+    return RowSpec(base, placement if sep else None, rebalance, "keras3" in suffixes, failover)
 
 
 def in_keras3(rows) -> tuple:

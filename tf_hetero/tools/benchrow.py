@@ -193,7 +193,7 @@ def _make_row(spec: str, cluster, cfg: BenchConfig, profile: Profile, lr_factor:
     cfg.momentum)`` (the same ``lr / (1 - m)``)."""
     from tf_hetero.strategies.base import HeteroStrategy
 
-    base, placement, rebalance, keras3 = split_row(spec)
+    base, placement, rebalance, keras3, failover = split_row(spec)
     keras = models.keras_module(keras3)
     if keras3:  # Keras 3 fit on the cluster's workers (tf_hetero.keras3.enable; idempotent)
         from tf_hetero.strategies.runtime import keras3 as keras3_on_ps
@@ -209,6 +209,8 @@ def _make_row(spec: str, cluster, cfg: BenchConfig, profile: Profile, lr_factor:
             strategy.monitor)
     if rebalance:
         strategy.set_rebalance(True)  # refuses a strategy without rounds, with the fix
+    if failover:
+        strategy.set_failover(True)  # the same
     k = cfg.steps_per_execution
     per_update = registry.updates_per_round(base, cfg.workers) * k
     granule = getattr(getattr(strategy, "config", None), "granule", None)
@@ -469,6 +471,15 @@ def _engine_figures(row: _Row, records) -> tuple[int, dict]:
         figures.update({k: s.get(k) for k in ("auto_sized", "auto_global_batch", "auto_gain")})
     if row.rebalance:
         figures.update(rebalance_figures(strategy.rebalancer, strategy.monitor.rounds))
+    failover = strategy.coordinator.failover if not row.stock else None
+    if failover is not None:  # what keeping the copies cost (on the apply thread)
+        copy = failover.copy
+        figures.update(failover_copies=failover.copies,
+                       failover_copy_ms=(1e3 * statistics.median(failover.copy_s)
+                                         if failover.copy_s else None),
+                       failover_copy_bytes=copy.nbytes if copy is not None else None,
+                       failover_bytes_per_round=(copy.nbytes / failover.config.every
+                                                 if copy is not None else None))
     return rounds, figures
 
 

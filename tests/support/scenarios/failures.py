@@ -3,6 +3,7 @@
     python failures.py worker OUT.json   # kill worker 1 mid-fit, then restart it
     python failures.py ps OUT.json CKPT      # kill the PS at epoch 1's end; BackupAndRestore in CKPT
     python failures.py resume OUT.json CKPT  # a new cluster; fit resumes from CKPT
+    python failures.py failover OUT.json [STRATEGY [KILLS]]  # PS 1 of 3 killed mid-fit
 
 ``ps`` and ``resume`` take a last argument ``keras3``: the same with a Keras 3 model (its own
 ``BackupAndRestore`` and callbacks).
@@ -108,9 +109,103 @@ def resume_scenario(out, ckpt, keras3=False):
         json.dump(result, f)
 
 
+def failover_scenario(out, name="bsp", kills="1"):
+    """``name`` (BSP by default) on 3 workers and 3 PS tasks (PS 2 standing by), every worker reading the same
+    batch, so every round is one SGD step on it: PS 1 is killed after a few rounds, the
+    failover re-creates its variables on PS 2 from the last copy and the fit goes on. The
+    final weights are compared with a local model that made ``iterations`` steps on that
+    batch from the same initial weights. ``kills`` 2: PS 0 is killed too, 6 applied rounds
+    after the first failover (its variables go to the surviving PS 2)."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 8)).astype("float32")
+    y = rng.integers(0, 3, size=(16,)).astype("int64")
+
+    def make_model():
+        model = keras.Sequential([keras.layers.Dense(16, activation="tanh", input_shape=(8,)),
+                                  keras.layers.Dense(3)])
+        model.compile(keras.optimizers.SGD(0.05, momentum=0.9),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    def dataset_fn(_):
+        return tf.data.Dataset.from_tensors((x, y)).repeat()
+
+    with tf_hetero.LocalCluster(WORKERS, 3, processes=True) as cluster:
+        from tf_hetero.strategies import registry
+
+        strategy = registry.make(name, cluster.resolver)
+        strategy.scale_ps(2)  # PS 2 stands by
+        strategy.set_failover(4)
+        with strategy.scope():
+            model = make_model()
+        initial = [w.copy() for w in model.get_weights()]
+        tf_hetero.emulate(model, "base_ms=40", strategy=strategy)
+        engine = strategy.engine
+        devices = sorted({v.device for v in model.trainable_variables})
+
+        def applied():
+            return sum(r.applied > 0 for r in engine.rounds)
+
+        killed = []
+
+        def kill_later():
+            when(lambda: applied() >= 6)
+            cluster.kill("ps", 1)
+            killed.append(1)
+            if kills == "2":
+                when(lambda: strategy.coordinator.failover.events, timeout=60)
+                now = applied()
+                when(lambda: applied() >= now + 6)
+                cluster.kill("ps", 0)
+                killed.append(0)
+
+        killer = threading.Thread(target=kill_later, daemon=True)
+        killer.start()
+        error, losses = None, None
+        try:
+            history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=2,
+                                steps_per_epoch=30, verbose=0)
+            losses = history.history["loss"]
+        except Exception as e:  # noqa: BLE001 - the scenario reports what fit raised
+            error = dict(type=type(e).__name__, message=str(e)[:2000])
+        killer.join(timeout=10)
+        failover = strategy.coordinator.failover
+        if error is not None:  # the weights may be gone with the PS: report what fit raised
+            with open(out, "w") as f:
+                json.dump(dict(error=error, killed=killed, events=failover.events), f)
+            return
+        iterations = int(model.optimizer.iterations.numpy())
+        final = model.get_weights()
+        local = make_model()
+        local.set_weights(initial)
+        for _ in range(iterations):
+            local.train_on_batch(x, y)
+        diff = max(float(np.max(np.abs(a - b))) for a, b in zip(final, local.get_weights()))
+        scale = max(float(np.max(np.abs(b))) for b in local.get_weights())
+        tasks = [t for r in engine.rounds for t in r.tasks]
+        result = dict(error=error, killed=killed, losses=losses, events=failover.events,
+                      copies=failover.copies,
+                      tasks_done=sum(t.state == "done" for t in tasks),
+                      copy_bytes=failover.copy.nbytes if failover.copy else 0,
+                      copy_ms=1e3 * float(np.median(failover.copy_s)) if failover.copy_s else None,
+                      iterations=iterations,
+                      applied=sum(r.applied > 0 for r in engine.rounds),
+                      devices_before=devices,
+                      devices_after=sorted({v.device for v in model.trainable_variables}),
+                      max_diff=diff, max_weight=scale)
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "worker":
         worker_scenario(sys.argv[2])
+    elif sys.argv[1] == "failover":
+        failover_scenario(sys.argv[2], *sys.argv[3:])
     elif sys.argv[1] == "ps":
         ps_scenario(sys.argv[2], sys.argv[3], sys.argv[4:] == ["keras3"])
     else:
