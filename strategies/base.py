@@ -212,6 +212,14 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
                 "asynchronously. Fix: use a round strategy (BSP, H-PS, EPSP, backup workers, "
                 "grouped sync, CASP) or drop set_failover (a dead PS then raises "
                 "tf_hetero.ParameterServerError; resume with BackupAndRestore).")
+        if self.config.name.startswith("ssp") or self.config.name == "dynsgd":
+            raise ValueError(
+                f"{type(self).__name__}.set_failover({failover!r}): under SSP and DynSGD (a "
+                "book per worker) a failover stalled the fit in chaos runs "
+                "(benchmarks/results/2026-12-03-failover/), so it is not offered yet. Fix: "
+                "use BSP, backup workers, EPSP or H-PS with "
+                "failover, or drop set_failover (a dead PS then raises "
+                "tf_hetero.ParameterServerError; resume with BackupAndRestore).")
         from tf_hetero.strategies.runtime.failover import Failover
 
         self.coordinator.failover = Failover(self.coordinator, config)

@@ -287,6 +287,9 @@ def test_failover_is_an_option_of_round_strategies_only(cluster):
     with pytest.raises(ValueError, match=r"failover rolls the model back to a copy taken at "
                                          r"a round boundary.*Fix: use a round strategy"):
         tf_hetero.ASPStrategy(cluster.resolver).set_failover(True)
+    for refused in (tf_hetero.SSPStrategy, tf_hetero.DynSGDStrategy):
+        with pytest.raises(ValueError, match=r"under SSP and DynSGD .*stalled.*Fix: use BSP"):
+            refused(cluster.resolver).set_failover(True)
 
 
 def _kernel_ps(model):
