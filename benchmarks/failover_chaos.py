@@ -13,7 +13,7 @@ doubled beyond what the lines report); the weights against a local model after
 ``iterations`` SGD steps on the batch (``max_diff``: exact where a round is one step on the
 batch, e.g. not under EPSP's late folding); a run that does not end within ``--timeout`` is
 a hang. Writes ``OUT_DIR/failover_chaos.md`` and ``.json`` (after every run) and a log per
-run. Every run takes /tmp/heavy.lock for itself.
+run. Every run takes benchmarks/chaos.py's heavy-job lock for itself.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIO = os.path.join(REPO, "tests", "support", "scenarios", "failures.py")
 STRATEGIES = ("bsp", "backup", "ssp", "epsp", "epspslack", "hps", "hpspipe", "hpsint",
               "grouped", "dynsgd", "casp")
-LOCK = "/tmp/heavy.lock"
+LOCK = "/tmp/tf-hetero-heavy.lock"  # benchmarks/chaos.py's
 
 
 def run(strategy: str, kills: str, timeout: float, log: str) -> dict:

@@ -119,9 +119,10 @@ def _translating(original):
         except Exception as e:  # pylint: disable=broad-except
             if not ours:
                 raise  # not a tf-hetero strategy's model: stock behaviour
-            if _failovers(strategy) > failovers and not isinstance(e, ParameterServerError):
+            failovers = _failovers(strategy) - failovers  # in this fit
+            if failovers and not isinstance(e, ParameterServerError):
                 raise ParameterServerError(
-                    f"tf-hetero: this fit failed after {_failovers(strategy) - failovers} PS "
+                    f"tf-hetero: this fit failed after {failovers} PS "
                     f"failover(s) in it ({type(e).__name__}: {str(e).splitlines()[0]}): what "
                     "ran on the old placement did not all recover (docs/FAILOVER.md, "
                     "Limits). Fix: resume from the last checkpoint (BackupAndRestore).") from e

@@ -46,7 +46,7 @@ from tf_hetero import tfcompat
 from tf_hetero.policies import failover as policy
 from tf_hetero.policies.placement import ps_index
 from tf_hetero.strategies.runtime.errors import ParameterServerError, is_ps_failure
-from tf_hetero.strategies.runtime.moves import ps_device
+from tf_hetero.strategies.runtime.moves import move_variable, ps_device
 from tf_hetero.strategies.runtime.tags import tag_of
 from tf_hetero.strategies.runtime.taskcode import NO_ROUND
 from tf_hetero.tfcompat import variables as tfvars
@@ -59,7 +59,7 @@ PROBE_S = 1.0
 
 class _Copy:
     """The PS variables' values after the apply of round ``round_id`` (``applied`` rounds
-    applied by then, ``iterations`` the optimizer's step count in the copy)."""
+    applied by then)."""
 
     def __init__(self, round_id: int, applied: int, variables: list, values: list):
         self.round_id, self.applied = round_id, applied
@@ -72,8 +72,9 @@ class Failover:
     """Keeps the copy and carries out failovers for one coordinator
     (``HeteroStrategy.set_failover``).
 
-    ``events``: one dict per failover (dead and target PS, rounds rolled back, tasks
-    dropped, seconds from detection to the fit going on); ``copies``: copies taken;
+    ``events``: one dict per failover (dead and target PS, variables re-created, the
+    copy's round, applied rounds rolled back, rounds abandoned, steps made again, seconds
+    from detection to the fit going on); ``copies``: copies taken;
     ``copy_s``: seconds each copy took on the apply thread."""
 
     def __init__(self, coordinator, config: policy.FailoverConfig):
@@ -87,6 +88,7 @@ class Failover:
         self.copy_s: list[float] = []
         self.events: list[dict] = []
         self._read_fn = None  # (key, function reading every PS variable)
+        self._pool: dict = {}  # move_variable's pool (it keeps the dead tasks' inners too)
         self.lost: list[int] = []  # PS tasks that died (never a target again)
         self._probed: tuple | None = None  # (when, the dead PS or None): the last probe
         self._lock = threading.Lock()
@@ -187,16 +189,16 @@ class Failover:
             finally:
                 self.engine.resume()
                 self.lock.release()
-            lost = applied_before - copy.applied
+            rolled_back = applied_before - copy.applied
             event = dict(dead=dead, target=dst, moved=moved, copy_round=copy.round_id,
-                         rolled_back=lost, abandoned=rounds, remade=remade,
+                         rolled_back=rolled_back, abandoned=rounds, remade=remade,
                          recover_s=time.monotonic() - t0)
             self.events.append(event)
             if self.strategy.monitor is not None:
                 self.strategy.monitor.on_event("ps_failover", **event)
             print(f"[tf-hetero] PS {dead} died ({type(error).__name__}); its {moved} variables "
                   f"were created again on PS {dst} from the copy taken after round "
-                  f"{copy.round_id}, and the model rolled back to it: {lost} applied "
+                  f"{copy.round_id}, and the model rolled back to it: {rolled_back} applied "
                   f"round(s) lost, {rounds} round(s) in progress restarted ({remade} step(s) "
                   f"run again); fit goes on ({event['recover_s']:.2f} s).", flush=True)
         except Exception as e:  # pylint: disable=broad-except
@@ -214,7 +216,7 @@ class Failover:
         makers = {id(entry.accumulate_fn): fn for fn, entry in coordinator.tracer.entries.items()
                   if getattr(entry, "accumulate_fn", None) is not None}
         rounds, orphans = self.engine.restart_rounds()
-        with self.coordinator.applier.held(self.config.detect_s):
+        with coordinator.applier.held(self.config.detect_s):
             placement = self.strategy.extended.placement
             num_ps = tfcompat.strategy.num_ps(self.strategy)
             active = tuple(placement.active) if placement is not None else tuple(range(num_ps))
@@ -289,9 +291,7 @@ class Failover:
                     continue
                 old = tfvars.inner_variable(var)
                 if ps_index(old.device) == dead:
-                    with tf.device(ps_device(dst)):
-                        new = tfvars.resource_variable(value, like=old)
-                    tfvars.swap_inner(var, new)
+                    move_variable(var, dst, self._pool, value=value)
                     moved += 1
                     if var.name in placed:
                         placement.move(var.name, dead, dst, int(value.nbytes),
