@@ -46,7 +46,7 @@ from tf_hetero import tfcompat
 from tf_hetero.policies import failover as policy
 from tf_hetero.policies.placement import ps_index
 from tf_hetero.strategies.runtime.errors import ParameterServerError, is_ps_failure
-from tf_hetero.strategies.runtime.moves import move_variable, ps_device
+from tf_hetero.strategies.runtime.moves import ps_device
 from tf_hetero.strategies.runtime.tags import tag_of
 from tf_hetero.strategies.runtime.taskcode import NO_ROUND
 from tf_hetero.tfcompat import variables as tfvars
@@ -88,7 +88,6 @@ class Failover:
         self.copy_s: list[float] = []
         self.events: list[dict] = []
         self._read_fn = None  # (key, function reading every PS variable)
-        self._pool: dict = {}  # move_variable's pool (it keeps the dead tasks' inners too)
         self.lost: list[int] = []  # PS tasks that died (never a target again)
         self._probed: tuple | None = None  # (when, the dead PS or None): the last probe
         self._lock = threading.Lock()
@@ -291,7 +290,9 @@ class Failover:
                     continue
                 old = tfvars.inner_variable(var)
                 if ps_index(old.device) == dead:
-                    move_variable(var, dst, self._pool, value=value)
+                    with tf.device(ps_device(dst)):
+                        new = tfvars.resource_variable(value, like=old)
+                    tfvars.swap_inner(var, new)
                     moved += 1
                     if var.name in placed:
                         placement.move(var.name, dead, dst, int(value.nbytes),

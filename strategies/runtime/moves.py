@@ -56,12 +56,11 @@ def related_variables(variable, optimizers, accumulators) -> list:
     return unique
 
 
-def move_variable(wrapper, dst: int, pool: dict, value=None) -> None:
+def move_variable(wrapper, dst: int, pool: dict) -> None:
     """Moves the strategy variable ``wrapper`` to PS ``dst`` (value copied, wrapper kept).
 
     ``pool`` maps ``(id(caching variable), PS)`` to an inner variable the wrapper held there
-    before (re-used by a move back). ``value``: what the new copy holds (default: the
-    variable's value; a failover gives the chief's copy, the old task being dead)."""
+    before (re-used by a move back)."""
     import tensorflow as tf
 
     w = tfvars.caching_variable(wrapper)
@@ -69,8 +68,7 @@ def move_variable(wrapper, dst: int, pool: dict, value=None) -> None:
     src = ps_index(old.device)
     if src == dst:
         return
-    if value is None:
-        value = old.read_value()
+    value = old.read_value()
     new = pool.get((id(w), dst))
     with tf.init_scope():
         if new is None:
