@@ -1,11 +1,15 @@
 """PS kills under failover, across the round strategies (issue 51's chaos table): each run
 is the scenario of tests/support/scenarios/failures.py ``failover`` (3 workers, 3 PS tasks
 with PS 2 standing by, every worker reading the same batch, copies every 4 applied rounds)
-in its own chief process on its own multi-process cluster; ``--kills 1``: PS 1 killed after
-6 applied rounds; ``2``: then PS 0, six rounds after that failover.
+in its own chief process on its own multi-process cluster. ``--kills``, the kinds of kill:
+``1``: PS 1 killed after 6 applied rounds; ``2``: then PS 0, six rounds after that
+failover; ``apply``: PS 1 killed on the apply thread as the 7th round's apply starts;
+``worker``: worker 1 and PS 1 killed together after 6 applied rounds; ``move``: live
+rebalancing on, ``scale_ps([0, 2])`` after 6 applied rounds, PS 1 killed as its first
+variable move starts.
 
     .venv/bin/python benchmarks/failover_chaos.py OUT_DIR [--strategies bsp,hps] \\
-        [--kills 1,2] [--repeats 3] [--timeout 180]
+        [--kills 1,2,apply,worker,move] [--repeats 3] [--timeout 180]
 
 Judged per run: the fit ended without an error; every kill was failed over (one event
 each); ``optimizer.iterations`` = rounds applied - rounds rolled back (no update lost or
@@ -29,9 +33,12 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIO = os.path.join(REPO, "tests", "support", "scenarios", "failures.py")
-STRATEGIES = ("bsp", "backup", "ssp", "epsp", "epspslack", "hps", "hpspipe", "hpsint",
-              "grouped", "dynsgd", "casp")
+#: Every strategy set_failover accepts (the round strategies but SSP and DynSGD).
+STRATEGIES = ("bsp", "backup", "epsp", "epspslack", "hps", "hpsoverlap", "hpspipe", "hpsint",
+              "hpsfp", "grouped", "groupedsized", "casp", "caspsized")
 LOCK = "/tmp/tf-hetero-heavy.lock"  # benchmarks/chaos.py's
+#: Kind of kill -> PS tasks killed (each one failover).
+KILLS = {"1": 1, "2": 2, "apply": 1, "worker": 1, "move": 1}
 
 
 def run(strategy: str, kills: str, timeout: float, log: str) -> dict:
@@ -52,14 +59,17 @@ def run(strategy: str, kills: str, timeout: float, log: str) -> dict:
         r = json.load(f)
     os.remove(out)
     r["wall_s"] = wall
-    r["verdict"] = judge(r, int(kills))
+    r["verdict"] = judge(r, kills)
     return r
 
 
-def judge(r: dict, kills: int) -> str:
+def judge(r: dict, kind: str) -> str:
+    kills = KILLS[kind]
     if r.get("error"):
         return f"error: {r['error']['type']}: {r['error']['message'][:120]}"
     events = r.get("events", [])
+    if kind == "worker" and 1 in r.get("live_workers", [1]):
+        return "the killed worker still counted live"
     if len(r.get("killed", [])) != kills or len(events) != kills:
         return f"{len(r.get('killed', []))} kills, {len(events)} failovers"
     if r["iterations"] != r["applied"] - sum(e["rolled_back"] for e in events):
@@ -73,7 +83,8 @@ def table(rows: list[dict]) -> str:
              "| rounds rolled back per kill | steps run again per kill | verdicts not ok |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     keys = sorted({(r["strategy"], r["kills"]) for r in rows},
-                  key=lambda k: (STRATEGIES.index(k[0]) if k[0] in STRATEGIES else 99, k[1]))
+                  key=lambda k: (STRATEGIES.index(k[0]) if k[0] in STRATEGIES else 99,
+                                 list(KILLS).index(k[1])))
     for s, k in keys:
         mine = [r for r in rows if (r["strategy"], r["kills"]) == (s, k)]
         ok = [r for r in mine if r["verdict"] == "ok"]
@@ -104,7 +115,7 @@ def main(argv=None) -> int:
             for kills in a.kills.split(","):
                 log = os.path.join(a.out_dir, f"{strategy}-{kills}-{rep}.log")
                 r = run(strategy, kills, a.timeout, log)
-                r.update(strategy=strategy, kills=int(kills), repeat=rep)
+                r.update(strategy=strategy, kills=kills, repeat=rep)
                 rows.append(r)
                 print(f"{strategy} kills={kills} repeat={rep}: {r['verdict']} "
                       f"({r['wall_s']:.0f} s)", flush=True)

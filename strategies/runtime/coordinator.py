@@ -93,9 +93,19 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         failover = self.failover
         if failover is None:
             return self._schedule(fn, args, kwargs)
-        failover.wait_ready()  # a recovery in progress: the step is made after it
-        with failover.lock:  # and none is made on the old placement during one
-            return self._schedule(fn, args, kwargs)
+        for attempt in range(2):
+            failover.wait_ready()  # a recovery in progress: the step is made after it
+            try:
+                with failover.lock:  # and none is made on the old placement during one
+                    return self._schedule(fn, args, kwargs)
+            except Exception as e:  # pylint: disable=broad-except
+                # A PS death met here, on fit's thread (a rebalancing move at the round
+                # boundary this step waited for, reading the dead task): failed over like
+                # one a closure meets (the lock released first: the recovery takes it),
+                # then this step is made again, once, on the new placement.
+                if attempt or not failover.take(e):
+                    raise
+        raise AssertionError("unreachable")
 
     def _schedule(self, fn, args, kwargs):
         if self.rebalancer is not None and fn not in self.tracer.entries:

@@ -241,11 +241,32 @@ class Failover:
             self.strategy.placement_generation += 1
             self.applied = copy.applied
             tfcompat.coordinator.queue_of(coordinator).clear_error()
+            self._rebuild_worker_state()
         coordinator.forget_traces()
         again = {id(c) for c in orphans}
         for old in orphans:
             self._remake(old, makers, again)
         return moved, dst, rounds, len(orphans)
+
+    def _rebuild_worker_state(self) -> None:
+        """Every live worker's input iterators and local gradient buffers made again, before
+        any step made now runs there (TF's own path for a worker that comes back).
+
+        - A step that the PS's death cancelled inside its ``IteratorGetNext`` leaves its
+          iterator cancelled for good: measured (chaos, a worker and a PS killed together),
+          the next step on that worker ended with ``OutOfRangeError`` at
+          ``IteratorGetNext`` on a dataset that repeats forever, and the fit with a
+          ``RemoteValue`` left cancelled. So each live worker reads its data afresh, from
+          the start of its dataset (a dead worker's are made again when it comes back).
+        - An H-PS buffer holds gradients of the abandoned rounds, taken on weights the
+          rollback undid: measured (pipelined H-PS), the first push after the failover
+          carried them into the next apply. The engine drops those tasks
+          (``LocalAccumulation.on_fail``); here the buffers restart from zero."""
+        live = set(self.engine.live_workers)
+        buffers = [v for b in self.coordinator.tracer.buffers for v in b.per_worker_variables]
+        for worker in tfcompat.coordinator.workers_of(self.coordinator):
+            if worker.worker_index in live:
+                tfcompat.coordinator.rebuild_resources(worker, buffers)
 
     def _remake(self, old, makers: dict, again: set) -> None:
         """Submits ``old``'s step again, made with the step traced on the new placement; its

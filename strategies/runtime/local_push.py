@@ -75,6 +75,11 @@ class LocalBuffers:
                               for i, v in enumerate(variables)] if self.lossy else []
             self.count = per_worker(tf.constant(0, tf.int64), "tf_hetero_buf_count")
 
+    @property
+    def per_worker_variables(self) -> list:
+        """The buffers, residuals and count: each worker's own copy."""
+        return self.sums + self.residuals + [self.count]
+
     def covers(self, variables) -> bool:
         return self.acc.covers(variables)
 

@@ -89,6 +89,27 @@ def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
     assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
 
 
+
+@pytest.mark.parametrize("strategy,kill", [("bsp", "move"), ("epsp", "worker")])
+def test_a_ps_killed_in_a_move_or_with_a_worker_fails_over(tmp_path, strategy, kill):
+    """``move``: live rebalancing on, PS 1 killed as ``scale_ps([0, 2])``'s first variable
+    move starts, on fit's thread (without the failover taking a death met there, the fit
+    raises ParameterServerError); BSP's weights then equal the local replay's. ``worker``:
+    worker 1 killed with PS 1 (without each live worker's input iterators made again, a
+    step cancelled in its ``IteratorGetNext`` leaves its iterator ended and the fit fails
+    with a cancelled ``RemoteValue``); EPSP goes on on workers 0 and 2."""
+    result = scenario("failover", tmp_path, strategy, kill)
+    assert result["error"] is None, result["error"]
+    assert result["killed"] == [1]
+    (event,) = result["events"]
+    assert (event["dead"], event["target"]) == (1, 2) and event["moved"] > 0
+    assert result["iterations"] == result["applied"] - event["rolled_back"]
+    assert result["iterations"] > 6  # rounds were applied after the failover
+    if kill == "worker":
+        assert result["live_workers"] == [0, 2]
+    else:
+        assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
+
 # ---------------------------------------------------------------- chaos, any strategy
 # The full strategy x scenario matrix runs in benchmarks/chaos.py (results in
 # benchmarks/results/chaos/); here a small representative subset: H-PS (sized tasks, local

@@ -144,6 +144,28 @@ def test_a_push_that_must_run_again_after_its_worker_died_loses_what_it_carried(
     assert e.idle() and _units_applied(d) == _units_done(e) == 6
 
 
+def test_a_ps_failover_restart_drops_what_the_buffers_held():
+    """A PS failover rolls the model back and abandons the rounds in progress
+    (``restart_rounds``): the buffered gradients were taken on weights the rollback undid,
+    so no later push carries them into an apply (on a cluster, pipelined H-PS applied them
+    in the first round after the failover)."""
+    e, d, m, _ = make_hps(2, 4, local="pipelined", times={0: 0.1, 1: 0.1})
+    for i in range(8):
+        e.submit(i)
+    finish_round(e, d, 0)  # round 0's gradients wait in the buffers; round 1 is open
+    buffered = d.tasks_of_round(0)
+    _, orphans = e.restart_rounds()
+    assert [str(t.state) for t in buffered] == ["dropped"] * 4 and e.held == {0: 0, 1: 0}
+    assert sorted(orphans) == [4, 5, 6, 7]  # round 1's steps, made again
+    for payload in orphans:
+        e.submit(payload)
+    e.resume()
+    again = e.rounds[-1]
+    assert again.id == 2 and sorted(t.payload for t in again.tasks) == [4, 5, 6, 7]
+    finish_round(e, d, again.id)
+    assert d.applies == []  # its first pushes carried nothing
+
+
 def test_engine_rejects_an_unknown_local_mode():
     with pytest.raises(ValueError, match="local='fast'"):
         LocalAccumulation("fast")

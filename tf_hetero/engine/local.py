@@ -135,6 +135,19 @@ class LocalAccumulation(Component):
         for task in lost:
             self.engine.lose(task)
 
+    def on_fail(self) -> None:
+        """The rounds in progress were abandoned (a failed fit, or a PS failover that rolled
+        the model back): what the buffers hold, and what a push was carrying, reaches no
+        apply (a failover empties the buffers on the workers too)."""
+        for worker, lost in self.buffered.items():
+            self.buffered[worker] = []
+            for task in lost:
+                self.engine.lose(task)
+        for lost in self._carrying.values():
+            for task in lost:
+                self.engine.lose(task)
+        self._carrying = {}
+
     def _to_drain(self, book) -> list[int]:
         """Live workers of ``book`` whose pipelined buffer holds gradients no task will push."""
         if self.mode != "pipelined":

@@ -21,7 +21,8 @@ from tensorflow.python.distribute.coordinator import values as coordinator_value
 
 __all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "initialized",
            "coordinator_of", "queue_of",
-           "workers_of", "stop_cluster", "hook_worker", "time_closures", "set_first_arg", "output_built",
+           "workers_of", "rebuild_resources", "stop_cluster", "hook_worker", "time_closures",
+           "set_first_arg", "output_built",
            "remote_value_ready", "remote_values", "fetched_tensors", "set_remote_value",
            "wrap_remote_wait", "being_scheduled"]
 
@@ -166,6 +167,30 @@ def workers_of(coordinator) -> list:
     """The coordinator's ``Worker`` objects (``_cluster.workers``), one per worker task;
     ``worker.worker_index`` is public."""
     return list(coordinator._cluster.workers)
+
+
+def rebuild_resources(worker, variables=()) -> int:
+    """Creates ``worker``'s per-worker datasets and iterators again, as TF does when a failed
+    worker comes back (``Worker._on_worker_recovery``, without marking the worker recovered),
+    and of its per-worker variables those of ``variables`` (created again with their initial
+    value; the others are left as they are): each resource closure is queued again on the
+    worker's own queue, which the worker reads before the shared one, so it runs before any
+    closure the worker takes after this call, and fills the same ``RemoteValue``. Returns
+    how many were queued."""
+    index = worker.worker_index
+    remake = {id(v._per_worker_vars._values[index]) for v in variables
+              if v._per_worker_vars is not None}
+    queued = 0
+    with worker._resource_tracking_lock:
+        for ref in worker._resource_remote_value_refs:
+            resource = ref()
+            if resource is None:
+                continue
+            if (not isinstance(resource._closure, cc.PerWorkerVariableClosure)
+                    or id(resource) in remake):
+                worker._schedule_resource(resource._closure)
+                queued += 1
+    return queued
 
 
 def stop_cluster(coordinator) -> None:

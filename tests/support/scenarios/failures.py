@@ -5,6 +5,11 @@
     python failures.py resume OUT.json CKPT  # a new cluster; fit resumes from CKPT
     python failures.py failover OUT.json [STRATEGY [KILLS]]  # PS 1 of 3 killed mid-fit
 
+``KILLS`` (the failover scenario): ``1`` PS 1 after 6 applied rounds; ``2`` then PS 0 too;
+``apply`` PS 1 as the 7th round's apply starts (the apply meets the dead task); ``worker``
+worker 1 and PS 1 together after 6 applied rounds; ``move`` PS 1 as the first variable of a
+``scale_ps([0, 2])`` after 6 applied rounds is moved (live rebalancing on).
+
 ``ps`` and ``resume`` take a last argument ``keras3``: the same with a Keras 3 model (its own
 ``BackupAndRestore`` and callbacks).
 
@@ -115,7 +120,11 @@ def failover_scenario(out, name="bsp", kills="1"):
     failover re-creates its variables on PS 2 from the last copy and the fit goes on. The
     final weights are compared with a local model that made ``iterations`` steps on that
     batch from the same initial weights. ``kills`` 2: PS 0 is killed too, 6 applied rounds
-    after the first failover (its variables go to the surviving PS 2)."""
+    after the first failover (its variables go to the surviving PS 2); ``apply``: PS 1 is
+    killed on the apply thread just before the 7th round's apply runs; ``worker``: worker 1
+    is killed with PS 1 (the fit goes on on two workers, each round still one step on the
+    batch); ``move``: live rebalancing on, ``scale_ps([0, 2])`` after 6 applied rounds, PS 1
+    killed as its first move starts."""
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
@@ -137,7 +146,8 @@ def failover_scenario(out, name="bsp", kills="1"):
     with tf_hetero.LocalCluster(WORKERS, 3, processes=True) as cluster:
         from tf_hetero.strategies import registry
 
-        strategy = registry.make(name, cluster.resolver)
+        strategy = registry.make(name, cluster.resolver,
+                                 **({"rebalance": True} if kills == "move" else {}))
         strategy.scale_ps(2)  # PS 2 stands by
         strategy.set_failover(4)
         with strategy.scope():
@@ -150,10 +160,47 @@ def failover_scenario(out, name="bsp", kills="1"):
         def applied():
             return sum(r.applied > 0 for r in engine.rounds)
 
-        killed = []
+        killed, killed_workers, scaling = [], [], []
+        if kills == "apply":  # the kill happens on the apply thread: no killer thread
+            applier = strategy.coordinator.applier
+            submit = applier.submit
+
+            def submit_killing(round_id, fn, args):
+                if not killed and applied() >= 6:
+                    def kill_then_apply(*a):
+                        if not killed:
+                            cluster.kill("ps", 1)
+                            killed.append(1)
+                        return fn(*a)
+                    return submit(round_id, kill_then_apply, args)
+                return submit(round_id, fn, args)
+
+            applier.submit = submit_killing
+
+        if kills == "move":  # the kill happens on fit's thread, as the move starts
+            rebalancer = strategy.rebalancer
+            move = rebalancer.move
+
+            def move_killing(variable, dst, optimizers=()):
+                if scaling and not killed:  # not a move of the rebalancer's own before
+                    cluster.kill("ps", 1)
+                    killed.append(1)
+                return move(variable, dst, optimizers)
+
+            rebalancer.move = move_killing
 
         def kill_later():
+            if kills == "apply":
+                return
+            if kills == "move":
+                when(lambda: applied() >= 6)
+                scaling.append(True)
+                strategy.scale_ps([0, 2])
+                return
             when(lambda: applied() >= 6)
+            if kills == "worker":
+                cluster.kill("worker", 1)
+                killed_workers.append(1)
             cluster.kill("ps", 1)
             killed.append(1)
             if kills == "2":
@@ -171,12 +218,16 @@ def failover_scenario(out, name="bsp", kills="1"):
                                 steps_per_epoch=30, verbose=0)
             losses = history.history["loss"]
         except Exception as e:  # noqa: BLE001 - the scenario reports what fit raised
-            error = dict(type=type(e).__name__, message=str(e)[:2000])
+            import traceback
+
+            error = dict(type=type(e).__name__, message=str(e)[:2000],
+                         where=traceback.format_exc()[-3000:])
         killer.join(timeout=10)
         failover = strategy.coordinator.failover
         if error is not None:  # the weights may be gone with the PS: report what fit raised
             with open(out, "w") as f:
-                json.dump(dict(error=error, killed=killed, events=failover.events), f)
+                json.dump(dict(error=error, killed=killed, killed_workers=killed_workers,
+                               events=failover.events), f)
             return
         iterations = int(model.optimizer.iterations.numpy())
         final = model.get_weights()
@@ -187,13 +238,16 @@ def failover_scenario(out, name="bsp", kills="1"):
         diff = max(float(np.max(np.abs(a - b))) for a, b in zip(final, local.get_weights()))
         scale = max(float(np.max(np.abs(b))) for b in local.get_weights())
         tasks = [t for r in engine.rounds for t in r.tasks]
-        result = dict(error=error, killed=killed, losses=losses, events=failover.events,
+        result = dict(error=error, killed=killed, killed_workers=killed_workers, losses=losses,
+                      events=failover.events, live_workers=sorted(engine.live_workers),
                       copies=failover.copies,
                       tasks_done=sum(t.state == "done" for t in tasks),
                       copy_bytes=failover.copy.nbytes if failover.copy else 0,
                       copy_ms=1e3 * float(np.median(failover.copy_s)) if failover.copy_s else None,
                       iterations=iterations,
                       applied=sum(r.applied > 0 for r in engine.rounds),
+                      # per round: micro-batches applied (-1: none), abandoned, tasks
+                      rounds=[(r.applied, r.abandoned, len(r.tasks)) for r in engine.rounds],
                       devices_before=devices,
                       devices_after=sorted({v.device for v in model.trainable_variables}),
                       max_diff=diff, max_weight=scale)
