@@ -166,6 +166,18 @@ def test_a_ps_failover_restart_drops_what_the_buffers_held():
     assert d.applies == []  # its first pushes carried nothing
 
 
+def test_a_round_boundary_is_found_while_pipelined_buffers_hold_gradients():
+    """Live rebalancing moves variables at a round boundary, found before ``fit`` submits
+    more tasks: the buffers that only the next round's pushes empty must not hide it (its
+    fit stalled, measured)."""
+    e, d, m, _ = make_hps(2, 4, local="pipelined", times={0: 0.1, 1: 0.1})
+    for i in range(4):
+        e.submit(i)
+    finish_round(e, d, 0)
+    assert e.held == {0: 2, 1: 2} and not e.idle()
+    assert e.wait_boundary(timeout=0.5)
+
+
 def test_engine_rejects_an_unknown_local_mode():
     with pytest.raises(ValueError, match="local='fast'"):
         LocalAccumulation("fast")

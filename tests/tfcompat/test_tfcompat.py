@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -110,6 +111,50 @@ def test_worker_hooks_wrap_the_methods_tf_calls():
                  "self._has_initialized = True", "strategy._cluster_coordinator = ",
                  "def stop(self)", "def put_back(self, closure):"):
         assert name in text, name
+
+
+def test_rebuild_resources_reaches_what_tfs_worker_recovery_reaches():
+    """``rebuild_resources`` does what ``Worker._on_worker_recovery`` does (its names read
+    from TF's source), and finds a per-worker variable's value for a worker."""
+    from tensorflow.python.distribute import ps_values
+    from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+    recovery = inspect.getsource(cc.Worker._on_worker_recovery)
+    for name in ("self._resource_tracking_lock", "self._resource_remote_value_refs",
+                 "self._schedule_resource(resource._closure)"):
+        assert name in recovery, name
+    assert "tag=self.worker_index" in inspect.getsource(cc.Worker._schedule_resource)
+    assert issubclass(cc.PerWorkerVariableClosure, cc.ResourceClosure)
+    assert "self._per_worker_vars._values[" in inspect.getsource(ps_values.PerWorkerVariable)
+    queued = []
+
+    class Closure:
+        pass
+
+    class Resource:
+        def __init__(self, closure):
+            self._closure = closure
+
+    dataset, mine, other = Resource(Closure()), Resource(None), Resource(None)
+    mine._closure = cc.PerWorkerVariableClosure.__new__(cc.PerWorkerVariableClosure)
+    other._closure = cc.PerWorkerVariableClosure.__new__(cc.PerWorkerVariableClosure)
+
+    class FakeWorker:
+        worker_index = 1
+        _resource_tracking_lock = threading.Lock()
+        _resource_remote_value_refs = [weakref.ref(r) for r in (dataset, mine, other)]
+
+        def _schedule_resource(self, closure):
+            queued.append(closure)
+
+    class Values:
+        _values = (None, mine)
+
+    class Variable:
+        _per_worker_vars = Values()
+
+    assert tfc.rebuild_resources(FakeWorker(), [Variable()]) == 2
+    assert queued == [dataset._closure, mine._closure]  # not the other per-worker variable
 
 
 def test_closures_and_their_remote_values():

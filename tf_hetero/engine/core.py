@@ -221,9 +221,13 @@ class RoundEngine(RoundCycle):
 
     def idle(self) -> bool:
         with self._lock:
-            return (not self._restarting and not self._pending and not any(b.busy for b in self.books)
-                    and not any(self._running.values())
-                    and not any(c.has_work() for c in self.components))
+            return self._quiet() and not any(c.has_work() for c in self.components)
+
+    def _quiet(self) -> bool:
+        """No task pending or running, every round applied (lock held); components may
+        still hold work for later rounds."""
+        return (not self._restarting and not self._pending and not any(b.busy for b in self.books)
+                and not any(self._running.values()))
 
     def wait_idle(self, timeout: float) -> bool:
         """Blocks until every submitted task is finished and every round applied.
@@ -252,12 +256,16 @@ class RoundEngine(RoundCycle):
         """Blocks until a round boundary: every submitted task finished and every round
         applied (True), or the tasks left pending cannot open a round without more tasks
         (False: not a boundary; unlike :meth:`wait_idle`, no partial round is forced).
-        Raises the engine's error, and ``TimeoutError`` after ``timeout`` seconds."""
+        What a component holds for a later round (pipelined H-PS's buffers on the workers)
+        does not keep it from being a boundary: nothing would push it until ``fit`` submits
+        more tasks, which waits for this boundary (measured: live rebalancing under
+        pipelined H-PS stalled its fit). Raises the engine's error, and ``TimeoutError``
+        after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         with self._lock:
             while True:
                 self._raise_if_error()
-                if self.idle():
+                if self._quiet():
                     return True
                 busy = any(b.busy for b in self.books) or any(self._running.values())
                 if self._pending and not busy:

@@ -1,0 +1,85 @@
+"""Can a PS task that died and was failed over come back into the same running cluster, so
+a later failover may use it (issue 51: "a restarted PS task rejoins the standby pool")?
+
+Stock PSS, 2 workers and 3 PS tasks in separate processes; ``v0`` on PS 0, ``v1`` on PS 1.
+PS 1 is killed and ``v1`` created again on PS 2 from a copy (as ps_failover.py); PS 1's
+process is started again on its address; the chief then runs one op on PS 1 as it is,
+updates its eager context with the same server def (``context.update_server_def``, what
+TF's worker preemption handler does when a worker comes back), runs the op again, creates
+``v1`` once more on PS 1 and runs a step traced after that on the workers.
+
+    .venv/bin/python benchmarks/tf_probes/ps_rejoin.py
+"""
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+from tensorflow.python.eager import context  # noqa: E402
+
+import tf_hetero  # noqa: E402
+from tf_hetero.tfcompat import variables as tfvars  # noqa: E402
+
+out = {}
+PS = "/job:ps/replica:0/task:{}/device:CPU:0"
+
+
+def attempt(key, fn):
+    t0 = time.monotonic()
+    try:
+        out[key] = fn()
+    except Exception as e:  # noqa: BLE001 - the probe reports what TF raised
+        out[key] = f"{type(e).__name__}: {str(e)[:300]}"
+    out[key + "_s"] = round(time.monotonic() - t0, 3)
+
+
+def move(v, ps, value):
+    old = tfvars.inner_variable(v)
+    with tf.init_scope(), tf.device(PS.format(ps)):
+        new = tfvars.resource_variable(value, like=old)
+    tfvars.swap_inner(v, new)
+
+
+def op_on(ps):
+    with tf.device(PS.format(ps)):
+        return int(tf.add(1, 1).numpy())
+
+
+with tf_hetero.LocalCluster(2, 3, processes=True) as cluster:
+    strategy = tf.distribute.ParameterServerStrategy(cluster.resolver)
+    coord = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        v0 = tf.Variable(1.0, name="v0")
+        v1 = tf.Variable(2.0, name="v1")
+    out["devices"] = [v0.device, v1.device]
+
+    def run_steps(n):
+        @tf.function
+        def step():
+            v0.assign_add(1.0)
+            v1.assign_add(1.0)
+            return v0 + v1
+        for _ in range(n):
+            coord.schedule(step)
+        coord.join()
+        return [float(v0.numpy()), float(v1.numpy()), v1.device]
+
+    attempt("before", lambda: run_steps(2))
+    copy = float(v1.numpy())
+    cluster.kill("ps", 1)
+    move(v1, 2, copy)
+    attempt("failed_over", lambda: run_steps(2))
+    t0 = time.monotonic()
+    cluster.restart("ps", 1)
+    out["restart_s"] = round(time.monotonic() - t0, 2)
+    attempt("op_on_restarted", lambda: op_on(1))
+    attempt("update_server_def",
+            lambda: context.context().update_server_def(context.context().get_server_def())
+            or "ok")
+    attempt("op_after_update", lambda: op_on(1))
+    attempt("ops_on_others_after_update", lambda: [op_on(0), op_on(2)])
+    attempt("move_back", lambda: move(v1, 1, float(v1.numpy())) or v1.device)
+    attempt("steps_after_move_back", lambda: run_steps(2))
+print(json.dumps(out, indent=1))
