@@ -215,8 +215,9 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
         if self.config.name.startswith("ssp") or self.config.name == "dynsgd":
             raise ValueError(
                 f"{type(self).__name__}.set_failover({failover!r}): under SSP and DynSGD (a "
-                "book per worker) a failover stalled the fit in chaos runs "
-                "(benchmarks/results/2026-12-03-failover/), so it is not offered yet. Fix: "
+                "book per worker) failovers in chaos runs stalled a fit or counted an update "
+                "the rollback should have undone (benchmarks/results/2026-12-04-failover-chaos/"
+                "), so it is not offered yet. Fix: "
                 "use BSP, backup workers, EPSP or H-PS with "
                 "failover, or drop set_failover (a dead PS then raises "
                 "tf_hetero.ParameterServerError; resume with BackupAndRestore).")
