@@ -33,9 +33,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIO = os.path.join(REPO, "tests", "support", "scenarios", "failures.py")
-#: Every strategy set_failover accepts (the round strategies but SSP and DynSGD).
+#: Every strategy set_failover accepts (the round strategies).
 STRATEGIES = ("bsp", "backup", "epsp", "epspslack", "hps", "hpsoverlap", "hpspipe", "hpsint",
-              "hpsfp", "grouped", "groupedsized", "casp", "caspsized")
+              "hpsfp", "grouped", "groupedsized", "casp", "caspsized", "ssp", "dynsgd")
 LOCK = "/tmp/tf-hetero-heavy.lock"  # benchmarks/chaos.py's
 #: Kind of kill -> PS tasks killed (each one failover).
 KILLS = {"1": 1, "2": 2, "apply": 1, "worker": 1, "move": 1}

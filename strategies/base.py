@@ -210,16 +210,7 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
                 f"{type(self).__name__}.set_failover({failover!r}): failover rolls the model "
                 "back to a copy taken at a round boundary, and this strategy's tasks apply "
                 "asynchronously. Fix: use a round strategy (BSP, H-PS, EPSP, backup workers, "
-                "grouped sync, CASP) or drop set_failover (a dead PS then raises "
-                "tf_hetero.ParameterServerError; resume with BackupAndRestore).")
-        if self.config.name.startswith("ssp") or self.config.name == "dynsgd":
-            raise ValueError(
-                f"{type(self).__name__}.set_failover({failover!r}): under SSP and DynSGD (a "
-                "book per worker) failovers in chaos runs stalled a fit or counted an update "
-                "the rollback should have undone (benchmarks/results/2026-12-04-failover-chaos/"
-                "), so it is not offered yet. Fix: "
-                "use BSP, backup workers, EPSP or H-PS with "
-                "failover, or drop set_failover (a dead PS then raises "
+                "grouped sync, CASP, SSP, DynSGD) or drop set_failover (a dead PS then raises "
                 "tf_hetero.ParameterServerError; resume with BackupAndRestore).")
         from tf_hetero.strategies.runtime.failover import Failover
 

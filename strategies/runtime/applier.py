@@ -105,13 +105,21 @@ def _loop(ref, work, timings, running) -> None:
                     called = time.perf_counter()
                     applied, norm, *stats, skipped = (float(v) for v in fn(*args).numpy())
                     timings.append((round_id, submitted, called, time.perf_counter()))
-                if failover is not None and not skipped:
-                    failover.after_apply(round_id)  # nothing writes the variables here
             except Exception as e:  # pylint: disable=broad-except
                 if failover is None or not failover.take(e):
                     engine.fail(translate(e))  # e.g. a PS went away: the clear error
                 del coordinator, engine, failover
                 continue
+            copy_error = None
+            if failover is not None and not skipped:
+                try:
+                    failover.after_apply(round_id)  # nothing writes the variables here
+                except Exception as e:  # pylint: disable=broad-except
+                    # The copy due after this apply met a dead PS. The update landed:
+                    # it is booked below before the failover rolls it back, or the
+                    # rollback would count one update more than the engine's records
+                    # (chaos: DynSGD and SSP, a PS killed as a copy was due).
+                    copy_error = e
         try:
             if skipped:  # a LossScaleOptimizer skipped it: no update, no finding
                 engine.apply_finished(round_id, 0)
@@ -125,4 +133,6 @@ def _loop(ref, work, timings, running) -> None:
             # A fault of ours past the apply must still end the fit: a dead apply
             # thread would leave every later round waiting for its apply.
             engine.fail(e)
+        if copy_error is not None and not failover.take(copy_error):
+            engine.fail(translate(copy_error))
         del coordinator, engine, failover

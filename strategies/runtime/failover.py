@@ -158,7 +158,12 @@ class Failover:
         if dead is None:
             return False
         if dead in self.lost:
-            return True  # that death was failed over: a late echo of it
+            # That death was failed over, and what it cancelled was made again then (the
+            # closures made before carry an older generation and never get here). A
+            # closure made since is no echo of it: taken, it would end unreported and
+            # the fit wait for it until stall_timeout_s (chaos: a PS killed during an
+            # apply). Not taken: the fit ends with the clear error.
+            return False
         with self._lock:
             if not self._ready.is_set():
                 return True  # one recovery at a time; this is the same death met again
@@ -180,11 +185,10 @@ class Failover:
         t0 = time.monotonic()
         copy = self.copy
         try:
-            applied_before = self.applied
             if not self.lock.acquire(timeout=self.config.detect_s):  # no schedule in between
                 raise TimeoutError(f"fit's schedule held its lock over {self.config.detect_s} s")
             try:
-                moved, dst, rounds, remade = self._recover_locked(dead, copy)
+                moved, dst, rounds, remade, applied_before = self._recover_locked(dead, copy)
             finally:
                 self.engine.resume()
                 self.lock.release()
@@ -210,12 +214,16 @@ class Failover:
 
     def _recover_locked(self, dead: int, copy: _Copy) -> tuple:
         """The recovery, with ``schedule`` held off: returns the variables re-created, the
-        PS they went to, the rounds abandoned and the steps made again."""
+        PS they went to, the rounds abandoned, the steps made again and the applies made
+        before the rollback."""
         coordinator = self.coordinator
         makers = {id(entry.accumulate_fn): fn for fn, entry in coordinator.tracer.entries.items()
                   if getattr(entry, "accumulate_fn", None) is not None}
         rounds, orphans = self.engine.restart_rounds()
         with coordinator.applier.held(self.config.detect_s):
+            # Counted once no apply runs: one that was running when the PS died and
+            # still landed is rolled back with the others, and counted with them.
+            applied_before = self.applied
             placement = self.strategy.extended.placement
             num_ps = tfcompat.strategy.num_ps(self.strategy)
             active = tuple(placement.active) if placement is not None else tuple(range(num_ps))
@@ -236,17 +244,23 @@ class Failover:
                 tf.experimental.async_clear_error()
                 moved = self._restore(copy, dead, dst, placement)
             self.lost.append(dead)
+            self._probed = None  # a probe's answer from before the recovery
             if placement is not None:
                 placement.set_active(tuple(sorted({p for p in active if p != dead} | {dst})))
             self.strategy.placement_generation += 1
             self.applied = copy.applied
-            tfcompat.coordinator.queue_of(coordinator).clear_error()
+            queue = tfcompat.coordinator.queue_of(coordinator)
+            queue.clear_error()
+            # Measured (chaos, a PS killed during an overlapped apply): a closure that
+            # failed on the dead task left the queue's cancellation manager cancelled,
+            # and every step made with it afterwards was cancelled before it started.
+            queue.renew_cancellation()
             self._rebuild_worker_state()
         coordinator.forget_traces()
         again = {id(c) for c in orphans}
         for old in orphans:
             self._remake(old, makers, again)
-        return moved, dst, rounds, len(orphans)
+        return moved, dst, rounds, len(orphans), applied_before
 
     def _rebuild_worker_state(self) -> None:
         """Every live worker's input iterators and local gradient buffers made again, before

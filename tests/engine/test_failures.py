@@ -178,6 +178,19 @@ def test_fail_stops_rounds_from_closing_and_dispatching_an_apply():
 
 
 # --------------------------------------------------------------------- restart (PS failover)
+def test_restart_rounds_abandons_a_round_whose_apply_has_not_run():
+    """A round closed, its apply dispatched but not run (``applied`` -1) when a PS dies:
+    the failover restores the model, so that apply must be skipped (the apply thread skips
+    an abandoned round). Left in, it ran after the restore on the old placement and counted
+    an update the line did not (SSP chaos runs)."""
+    e, d, _, _ = bsp(2)
+    for t in [e.submit(i) for i in range(2)]:
+        run(e, t)
+    assert d.applies and e.rounds[0].closed and e.rounds[0].applied == -1
+    e.restart_rounds()
+    assert e.rounds[0].abandoned
+
+
 def test_restart_rounds_abandons_the_rounds_without_an_error_and_returns_the_unfinished_steps():
     """A PS failover: the round in progress (one task done, one running) and the pending
     tasks are given back to be made again, the done one is not (its step ended); the engine

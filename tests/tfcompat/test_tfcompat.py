@@ -344,3 +344,19 @@ def test_a_replaced_put_back_says_whether_the_closure_goes_back_or_is_cancelled(
     assert seen == [True, False] and queue.raw.inflight_closure_count == 0
     with pytest.raises(AssertionError, match="no inflight closures"):
         queue.raw.put_back(Closure())
+
+
+def test_a_cancelled_cancellation_manager_is_renewed(queue):
+    """A function run under a cancelled manager is cancelled before it starts; the queue
+    gets a new manager only if its own was cancelled (what a failover needs after a closure
+    failed on a dead PS: docs/TF_INTERNALS.md)."""
+    manager = queue.cancellation_manager
+    assert not queue.renew_cancellation() and queue.cancellation_manager is manager
+    concrete = tf.function(lambda x: x + 1).get_concrete_function(tf.constant(1))
+    manager.start_cancel()
+    with pytest.raises(tf.errors.CancelledError):
+        manager.get_cancelable_function(concrete)(tf.constant(1))
+    assert queue.renew_cancellation()
+    renewed = queue.cancellation_manager
+    assert renewed is not manager and not renewed.is_cancelled
+    assert int(renewed.get_cancelable_function(concrete)(tf.constant(1))) == 2

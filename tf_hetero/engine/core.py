@@ -450,7 +450,7 @@ class RoundEngine(RoundCycle):
                     rounds += 1
                     orphans += [t.payload for t in rnd.tasks
                                 if t.state in (S.QUEUED, S.DISPATCHED, S.RUNNING)]
-                    if rnd.closed and not rnd.applied:  # its apply is skipped
+                    if rnd.closed and rnd.applied < 0:  # its apply is skipped (-1: not yet)
                         rnd.abandoned = True
             self._abandon()
             self._flushing = False
@@ -512,6 +512,38 @@ class RoundEngine(RoundCycle):
     def live_workers(self) -> list[int]:
         with self._lock:
             return sorted(self._live)
+
+    def waiting_on(self) -> str:
+        """What the engine waits for, in words (a stall's error says it): steps pending,
+        each book's rounds in progress by their tasks' states, what each worker runs.
+
+        >>> from tf_hetero.policies import AllTasks, OnePerWorker
+        >>> engine = RoundEngine(2, AllTasks(), OnePerWorker())
+        >>> engine.waiting_on()
+        'no step pending; no round in progress; no worker running a task'
+        """
+        with self._lock:
+            parts = [f"{len(self._pending)} step(s) pending" if self._pending
+                     else "no step pending"]
+            if self._restarting:
+                parts.append("restarting rounds after a PS failover")
+            rounds = []
+            for book in self.books:
+                for name, rnd in (("open", book.open), ("applying", book.applying),
+                                  ("apply queued", book.queued)):
+                    if rnd is not None:
+                        states = collections.Counter(t.state.name for t in rnd.tasks)
+                        rounds.append(f"book {book.id} round {rnd.id} {name}"
+                                      f"{' (abandoned)' if rnd.abandoned else ''}: "
+                                      + ", ".join(f"{n} {k}" for k, n in sorted(states.items())))
+            parts.append("; ".join(rounds) if rounds else "no round in progress")
+            running = {w: len(t) for w, t in sorted(self._running.items()) if t}
+            parts.append(f"tasks running per worker {running}" if running
+                         else "no worker running a task")
+            gated = self._gated()
+            if gated:
+                parts.append(f"workers held by the staleness gate {sorted(gated)}")
+            return "; ".join(parts)
 
     def idle_workers(self) -> list[int]:
         """Live workers running nothing (e.g. where a round's apply will not queue)."""

@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 from tensorflow.python.distribute.coordinator import values as coordinator_values
+from tensorflow.python.eager import cancellation
 
 __all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "initialized",
            "coordinator_of", "queue_of",
@@ -77,6 +78,18 @@ class ClosureQueue:
             if self.raw._error is not None:
                 self.raw._cancel_all_closures()
                 self.raw._error = None
+
+    def renew_cancellation(self) -> bool:
+        """Gives the queue a new cancellation manager if its current one was cancelled;
+        returns whether it did. TF renews it only in ``_cancel_all_closures`` (cc ~428), but
+        a closure's function failing on a dead task cancels the manager it ran under (the
+        queue's, shared by every closure): every closure made afterwards with it is cancelled
+        before it starts (``RemoteExecuteNode::RunAsync``), docs/TF_INTERNALS.md."""
+        with self.lock:
+            if not self.raw._cancellation_mgr.is_cancelled:
+                return False
+            self.raw._cancellation_mgr = cancellation.CancellationManager()
+            return True
 
     def count_pinned(self, n: int) -> None:
         """``n`` more closures in flight: TF counts no tagged closure (cc ~363), so a pinned

@@ -146,7 +146,8 @@ def failover_scenario(out, name="bsp", kills="1"):
     with tf_hetero.LocalCluster(WORKERS, 3, processes=True) as cluster:
         from tf_hetero.strategies import registry
 
-        strategy = registry.make(name, cluster.resolver,
+        # A stalled recovery ends in the stall error, which says what the engine waited on.
+        strategy = registry.make(name, cluster.resolver, stall_timeout_s=40,
                                  **({"rebalance": True} if kills == "move" else {}))
         strategy.scale_ps(2)  # PS 2 stands by
         strategy.set_failover(4)
