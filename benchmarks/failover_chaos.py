@@ -6,10 +6,11 @@ in its own chief process on its own multi-process cluster. ``--kills``, the kind
 failover; ``apply``: PS 1 killed on the apply thread as the 7th round's apply starts;
 ``worker``: worker 1 and PS 1 killed together after 6 applied rounds; ``move``: live
 rebalancing on, ``scale_ps([0, 2])`` after 6 applied rounds, PS 1 killed as its first
-variable move starts.
+variable move starts; ``epoch``: PS 1 killed as ``fit`` joins at the end of epoch 1 (the
+engine idle: no step or apply meets the death).
 
     .venv/bin/python benchmarks/failover_chaos.py OUT_DIR [--strategies bsp,hps] \\
-        [--kills 1,2,apply,worker,move] [--repeats 3] [--timeout 180]
+        [--kills 1,2,apply,worker,move,epoch] [--repeats 3] [--timeout 180]
 
 Judged per run: the fit ended without an error; every kill was failed over (one event
 each); ``optimizer.iterations`` = rounds applied - rounds rolled back (no update lost or
@@ -38,7 +39,7 @@ STRATEGIES = ("bsp", "backup", "epsp", "epspslack", "hps", "hpsoverlap", "hpspip
               "hpsfp", "grouped", "groupedsized", "casp", "caspsized", "ssp", "dynsgd")
 LOCK = "/tmp/tf-hetero-heavy.lock"  # benchmarks/chaos.py's
 #: Kind of kill -> PS tasks killed (each one failover).
-KILLS = {"1": 1, "2": 2, "apply": 1, "worker": 1, "move": 1}
+KILLS = {"1": 1, "2": 2, "apply": 1, "worker": 1, "move": 1, "epoch": 1}
 
 
 def run(strategy: str, kills: str, timeout: float, log: str) -> dict:
@@ -119,12 +120,18 @@ def main(argv=None) -> int:
                 rows.append(r)
                 print(f"{strategy} kills={kills} repeat={rep}: {r['verdict']} "
                       f"({r['wall_s']:.0f} s)", flush=True)
-                with open(os.path.join(a.out_dir, "failover_chaos.json"), "w") as f:
-                    json.dump(rows, f)
-                with open(os.path.join(a.out_dir, "failover_chaos.md"), "w") as f:
-                    f.write(table(rows) + "\n")
+                save(os.path.join(a.out_dir, "failover_chaos"), rows, table(rows))
     print(table(rows))
     return 0
+
+
+def save(stem: str, rows: list, text: str) -> None:
+    """Writes ``stem.json`` (the rows) and ``stem.md`` (their table), after every run: an
+    interrupted series keeps what it measured."""
+    with open(stem + ".json", "w") as f:
+        json.dump(rows, f)
+    with open(stem + ".md", "w") as f:
+        f.write(text + "\n")
 
 
 if __name__ == "__main__":

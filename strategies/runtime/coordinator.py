@@ -173,6 +173,9 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
                 self.failover.wait_ready()  # a recovery in progress: the fit goes on after it
             if self.engine is not None:
                 watchdog.wait_bounded(self, lambda: self.engine.wait_idle(timeout=1.0))
+                if self.failover is not None and self.failover.check():
+                    # a PS died while the engine was idle: its steps, if any, run again
+                    watchdog.wait_bounded(self, lambda: self.engine.wait_idle(timeout=1.0))
             else:  # ASP: TF's own wait, with the stall bound
                 queue = tfcompat.coordinator.queue_of(self).raw
                 watchdog.wait_bounded(self, lambda: queue.wait(timeout=1.0))

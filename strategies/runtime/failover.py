@@ -135,6 +135,10 @@ class Failover:
         now = time.monotonic()
         if self._probed is not None and now - self._probed[0] < PROBE_S:
             return self._probed[1]
+        return self._probe()
+
+    def _probe(self) -> int | None:
+        """Asks every PS task not yet lost, one op each: the first that does not answer."""
         dead = None
         for p in range(tfcompat.strategy.num_ps(self.strategy)):
             if p in self.lost:
@@ -147,6 +151,23 @@ class Failover:
                 break
         self._probed = (time.monotonic(), dead)
         return dead
+
+    def check(self) -> bool:
+        """Fails over a PS task that died while nothing ran (``join``, when the engine is
+        idle: at an epoch's end). Nothing of the fit's meets such a death, and Keras's own
+        ops on the chief, which read the metrics on the PS tasks next, would only raise it.
+        Returns whether a recovery ran (it has ended when this returns)."""
+        if self.copy is None:
+            return False
+        dead = self._probe()
+        if dead is None:
+            return False
+        error = tf.errors.UnavailableError(
+            None, None, f"/job:ps/replica:0/task:{dead} did not answer when the fit joined")
+        if not self.take(error):
+            return False
+        self.wait_ready()
+        return True
 
     def take(self, error: BaseException) -> bool:
         """Whether the failover takes ``error`` (a closure's or an apply's): a PS failure

@@ -43,7 +43,8 @@ def wait_bounded(coordinator, wait_step) -> None:
             last_progress, last_count = time.monotonic(), count
         elif time.monotonic() - last_progress > stall:
             live = (f" (live workers: {engine.live_workers}; waiting on: "
-                    f"{engine.waiting_on()})") if engine is not None else ""
+                    f"{engine.waiting_on()})" if engine is not None else
+                    f" (waiting on: {queue.raw.inflight_closure_count} step(s) in flight)")
             err = EngineError(
                 f"No task or round finished in {stall:.0f} s{live}. Fix: check that the "
                 "workers are running; raise stall_timeout_s for very long tasks.")

@@ -90,11 +90,16 @@ def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
 
 
 
-@pytest.mark.parametrize("strategy,kill", [("bsp", "move"), ("epsp", "worker")])
-def test_a_ps_killed_in_a_move_or_with_a_worker_fails_over(tmp_path, strategy, kill):
+@pytest.mark.parametrize("strategy,kill", [("bsp", "move"), ("epsp", "worker"),
+                                           ("bsp", "epoch")])
+def test_a_ps_killed_in_a_move_with_a_worker_or_between_epochs_fails_over(tmp_path, strategy,
+                                                                         kill):
     """``move``: live rebalancing on, PS 1 killed as ``scale_ps([0, 2])``'s first variable
     move starts, on fit's thread (without the failover taking a death met there, the fit
-    raises ParameterServerError); BSP's weights then equal the local replay's. ``worker``:
+    raises ParameterServerError); BSP's weights then equal the local replay's. ``epoch``:
+    PS 1 killed after epoch 1's join, nothing running (without ``join`` probing the PS
+    tasks, Keras's own chief ops meet the death and the fit raises ParameterServerError);
+    exact afterwards. ``worker``:
     worker 1 killed with PS 1 (without each live worker's input iterators made again, a
     step cancelled in its ``IteratorGetNext`` leaves its iterator ended and the fit fails
     with a cancelled ``RemoteValue``); EPSP goes on on workers 0 and 2."""

@@ -8,7 +8,8 @@
 ``KILLS`` (the failover scenario): ``1`` PS 1 after 6 applied rounds; ``2`` then PS 0 too;
 ``apply`` PS 1 as the 7th round's apply starts (the apply meets the dead task); ``worker``
 worker 1 and PS 1 together after 6 applied rounds; ``move`` PS 1 as the first variable of a
-``scale_ps([0, 2])`` after 6 applied rounds is moved (live rebalancing on).
+``scale_ps([0, 2])`` after 6 applied rounds is moved (live rebalancing on); ``epoch`` PS 1
+as fit joins at epoch 1's end.
 
 ``ps`` and ``resume`` take a last argument ``keras3``: the same with a Keras 3 model (its own
 ``BackupAndRestore`` and callbacks).
@@ -124,7 +125,8 @@ def failover_scenario(out, name="bsp", kills="1"):
     killed on the apply thread just before the 7th round's apply runs; ``worker``: worker 1
     is killed with PS 1 (the fit goes on on two workers, each round still one step on the
     batch); ``move``: live rebalancing on, ``scale_ps([0, 2])`` after 6 applied rounds, PS 1
-    killed as its first move starts."""
+    killed as its first move starts; ``epoch``: PS 1 killed as ``fit`` joins at the end of
+    epoch 1 (the engine idle: no step or apply meets the death)."""
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
@@ -190,8 +192,22 @@ def failover_scenario(out, name="bsp", kills="1"):
 
             rebalancer.move = move_killing
 
+        if kills == "epoch":  # PS 1 killed as fit's epoch-end join returns: nothing runs
+            coordinator = strategy.coordinator
+            join = coordinator.join
+
+            def join_killing():
+                result = join()
+                if not killed and applied() >= 6:
+                    cluster.kill("ps", 1)
+                    killed.append(1)
+                    join()  # as Keras's next join would: the death is met here
+                return result
+
+            coordinator.join = join_killing
+
         def kill_later():
-            if kills == "apply":
+            if kills in ("apply", "epoch"):
                 return
             if kills == "move":
                 when(lambda: applied() >= 6)
