@@ -183,8 +183,8 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
                 self.rebalancer.controller.summary() if self.rebalancer is not None else {}))
 
     def set_failover(self, failover=True) -> None:
-        """PS failover during ``fit`` (round strategies; experimental: not every kill
-        recovers yet, docs/FAILOVER.md): ``True``, an int (applied rounds
+        """PS failover during ``fit`` (round strategies, SSP and DynSGD included; not ASP or
+        AutoStrategy; experimental, docs/FAILOVER.md): ``True``, an int (applied rounds
         between two copies of the PS variables, default 8), a
         :class:`tf_hetero.policies.failover.FailoverConfig`, or ``None``/``False`` (off).
 
