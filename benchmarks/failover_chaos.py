@@ -10,7 +10,7 @@ variable move starts; ``epoch``: PS 1 killed as ``fit`` joins at the end of epoc
 engine idle: no step or apply meets the death).
 
     .venv/bin/python benchmarks/failover_chaos.py OUT_DIR [--strategies bsp,hps] \\
-        [--kills 1,2,apply,worker,move,epoch] [--repeats 3] [--timeout 180]
+        [--kills 1,2,apply,worker,move,epoch] [--repeats 3] [--timeout 180] [--keras3]
 
 Judged per run: the fit ended without an error; every kill was failed over (one event
 each); ``optimizer.iterations`` = rounds applied - rounds rolled back (no update lost or
@@ -42,12 +42,12 @@ LOCK = "/tmp/tf-hetero-heavy.lock"  # benchmarks/chaos.py's
 KILLS = {"1": 1, "2": 2, "apply": 1, "worker": 1, "move": 1, "epoch": 1}
 
 
-def run(strategy: str, kills: str, timeout: float, log: str) -> dict:
+def run(strategy: str, kills: str, timeout: float, log: str, flavour: str = "tf_keras") -> dict:
     out = tempfile.mktemp(suffix=".json")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     cmd = ["flock", LOCK, "timeout", "-k", "10", str(timeout), sys.executable, SCENARIO,
-           "failover", out, strategy, kills]
+           "failover", out, strategy, kills, flavour]
     t0 = time.monotonic()
     with open(log, "w") as f:
         proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
@@ -108,15 +108,17 @@ def main(argv=None) -> int:
     p.add_argument("--kills", default="1,2")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--timeout", type=float, default=180)
+    p.add_argument("--keras3", action="store_true", help="the model in Keras 3")
     a = p.parse_args(argv)
+    flavour = "keras3" if a.keras3 else "tf_keras"
     os.makedirs(a.out_dir, exist_ok=True)
     rows = []
     for rep in range(a.repeats):
         for strategy in a.strategies.split(","):
             for kills in a.kills.split(","):
                 log = os.path.join(a.out_dir, f"{strategy}-{kills}-{rep}.log")
-                r = run(strategy, kills, a.timeout, log)
-                r.update(strategy=strategy, kills=kills, repeat=rep)
+                r = run(strategy, kills, a.timeout, log, flavour)
+                r.update(strategy=strategy, kills=kills, repeat=rep, flavour=flavour)
                 rows.append(r)
                 print(f"{strategy} kills={kills} repeat={rep}: {r['verdict']} "
                       f"({r['wall_s']:.0f} s)", flush=True)

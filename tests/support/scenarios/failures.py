@@ -3,7 +3,7 @@
     python failures.py worker OUT.json   # kill worker 1 mid-fit, then restart it
     python failures.py ps OUT.json CKPT      # kill the PS at epoch 1's end; BackupAndRestore in CKPT
     python failures.py resume OUT.json CKPT  # a new cluster; fit resumes from CKPT
-    python failures.py failover OUT.json [STRATEGY [KILLS]]  # PS 1 of 3 killed mid-fit
+    python failures.py failover OUT.json [STRATEGY [KILLS [keras3]]]  # PS 1 of 3 killed mid-fit
 
 ``KILLS`` (the failover scenario): ``1`` PS 1 after 6 applied rounds; ``2`` then PS 0 too;
 ``apply`` PS 1 as the 7th round's apply starts (the apply meets the dead task); ``worker``
@@ -115,7 +115,7 @@ def resume_scenario(out, ckpt, keras3=False):
         json.dump(result, f)
 
 
-def failover_scenario(out, name="bsp", kills="1"):
+def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
     """``name`` (BSP by default) on 3 workers and 3 PS tasks (PS 2 standing by), every worker reading the same
     batch, so every round is one SGD step on it: PS 1 is killed after a few rounds, the
     failover re-creates its variables on PS 2 from the last copy and the fit goes on. The
@@ -126,18 +126,24 @@ def failover_scenario(out, name="bsp", kills="1"):
     is killed with PS 1 (the fit goes on on two workers, each round still one step on the
     batch); ``move``: live rebalancing on, ``scale_ps([0, 2])`` after 6 applied rounds, PS 1
     killed as its first move starts; ``epoch``: PS 1 killed as ``fit`` joins at the end of
-    epoch 1 (the engine idle: no step or apply meets the death)."""
+    epoch 1 (the engine idle: no step or apply meets the death). ``flavour`` ``keras3``: the
+    same model in Keras 3 (``tf_hetero.keras3``), its local replay too."""
     import numpy as np
     import tensorflow as tf
-    import tf_keras as keras
+
+    keras3 = flavour == "keras3"
+    keras = tf_hetero.models.keras_module(keras3)
+    if keras3:
+        tf_hetero.keras3.enable()
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, 8)).astype("float32")
     y = rng.integers(0, 3, size=(16,)).astype("int64")
 
     def make_model():
-        model = keras.Sequential([keras.layers.Dense(16, activation="tanh", input_shape=(8,)),
-                                  keras.layers.Dense(3)])
+        first = ([keras.Input((8,)), keras.layers.Dense(16, activation="tanh")] if keras3 else
+                 [keras.layers.Dense(16, activation="tanh", input_shape=(8,))])
+        model = keras.Sequential(first + [keras.layers.Dense(3)])
         model.compile(keras.optimizers.SGD(0.05, momentum=0.9),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         return model
@@ -158,7 +164,11 @@ def failover_scenario(out, name="bsp", kills="1"):
         initial = [w.copy() for w in model.get_weights()]
         tf_hetero.emulate(model, "base_ms=40", strategy=strategy)
         engine = strategy.engine
-        devices = sorted({v.device for v in model.trainable_variables})
+        def placed():  # a Keras 3 variable's device is its backing tf.Variable's
+            return sorted({getattr(v, "device", None) or v.value.device
+                           for v in model.trainable_variables})
+
+        devices = placed()
 
         def applied():
             return sum(r.applied > 0 for r in engine.rounds)
@@ -231,8 +241,8 @@ def failover_scenario(out, name="bsp", kills="1"):
         killer.start()
         error, losses = None, None
         try:
-            history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=2,
-                                steps_per_epoch=30, verbose=0)
+            data = dataset_fn if keras3 else keras.utils.experimental.DatasetCreator(dataset_fn)
+            history = model.fit(data, epochs=2, steps_per_epoch=30, verbose=0)
             losses = history.history["loss"]
         except Exception as e:  # noqa: BLE001 - the scenario reports what fit raised
             import traceback
@@ -266,7 +276,7 @@ def failover_scenario(out, name="bsp", kills="1"):
                       # per round: micro-batches applied (-1: none), abandoned, tasks
                       rounds=[(r.applied, r.abandoned, len(r.tasks)) for r in engine.rounds],
                       devices_before=devices,
-                      devices_after=sorted({v.device for v in model.trainable_variables}),
+                      devices_after=placed(),
                       max_diff=diff, max_weight=scale)
     with open(out, "w") as f:
         json.dump(result, f)
