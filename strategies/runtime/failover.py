@@ -164,7 +164,7 @@ class Failover:
             return False
         error = tf.errors.UnavailableError(
             None, None, f"/job:ps/replica:0/task:{dead} did not answer when the fit joined")
-        if not self.take(error):
+        if not self._take_dead(dead, error):
             return False
         self.wait_ready()
         return True
@@ -176,8 +176,10 @@ class Failover:
         if self.copy is None:
             return False
         dead = self._dead_of(error)
-        if dead is None:
-            return False
+        return dead is not None and self._take_dead(dead, error)
+
+    def _take_dead(self, dead: int, error: BaseException) -> bool:
+        """:meth:`take` for a death already attributed to PS task ``dead``."""
         if dead in self.lost:
             # That death was failed over, and what it cancelled was made again then (the
             # closures made before carry an older generation and never get here). A

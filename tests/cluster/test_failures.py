@@ -115,6 +115,7 @@ def test_a_ps_killed_in_a_move_with_a_worker_or_between_epochs_fails_over(tmp_pa
     else:
         assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
 
+
 def test_a_keras3_fit_fails_over(tmp_path):
     """The same scenario with the model in Keras 3 (``tf_hetero.keras3``): H-PS, PS 1 killed
     mid-fit; the fit goes on, and its weights equal a local Keras 3 replay of

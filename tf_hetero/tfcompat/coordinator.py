@@ -82,9 +82,10 @@ class ClosureQueue:
     def renew_cancellation(self) -> bool:
         """Gives the queue a new cancellation manager if its current one was cancelled;
         returns whether it did. TF renews it only in ``_cancel_all_closures`` (cc ~428), but
-        a closure's function failing on a dead task cancels the manager it ran under (the
-        queue's, shared by every closure): every closure made afterwards with it is cancelled
-        before it starts (``RemoteExecuteNode::RunAsync``), docs/TF_INTERNALS.md."""
+        after closures failed on a dead PS task it was found cancelled without that (measured
+        in chaos runs; which TF code cancels it was not traced), and every closure made
+        afterwards with it was cancelled before it started (``RemoteExecuteNode::RunAsync``),
+        docs/TF_INTERNALS.md §3."""
         with self.lock:
             if not self.raw._cancellation_mgr.is_cancelled:
                 return False
