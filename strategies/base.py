@@ -183,8 +183,8 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
                 self.rebalancer.controller.summary() if self.rebalancer is not None else {}))
 
     def set_failover(self, failover=True) -> None:
-        """PS failover during ``fit`` (round strategies, SSP and DynSGD included; not ASP or
-        AutoStrategy; experimental, docs/FAILOVER.md): ``True``, an int (applied rounds
+        """PS failover during ``fit`` (round strategies, SSP, DynSGD and ASP; not AutoStrategy;
+        experimental, docs/FAILOVER.md): ``True``, an int (applied rounds
         between two copies of the PS variables, default 8), a
         :class:`tf_hetero.policies.failover.FailoverConfig`, or ``None``/``False`` (off).
 
@@ -205,12 +205,13 @@ class HeteroStrategy(tf.distribute.ParameterServerStrategy):
             self.coordinator.failover = None
             return
         engine = self.coordinator.engine
-        if engine is None or not engine.rounds_mode or self.config.switches_modes:
+        if (engine is not None and not engine.rounds_mode) or self.config.switches_modes:
             raise ValueError(
-                f"{type(self).__name__}.set_failover({failover!r}): failover rolls the model "
-                "back to a copy taken at a round boundary, and this strategy's tasks apply "
-                "asynchronously. Fix: use a round strategy (BSP, H-PS, EPSP, backup workers, "
-                "grouped sync, CASP, SSP, DynSGD) or drop set_failover (a dead PS then raises "
+                f"{type(self).__name__}.set_failover({failover!r}): this strategy switches "
+                "between rounds and asynchronous steps, and failover copies the model either "
+                "at a round's apply or after an asynchronous step, not across a switch. Fix: "
+                "use a round strategy (BSP, H-PS, EPSP, backup workers, grouped sync, CASP, "
+                "SSP, DynSGD) or ASP, or drop set_failover (a dead PS then raises "
                 "tf_hetero.ParameterServerError; resume with BackupAndRestore).")
         from tf_hetero.strategies.runtime.failover import Failover
 

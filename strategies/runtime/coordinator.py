@@ -61,6 +61,7 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         #: PS failover (``HeteroStrategy.set_failover``; strategies/runtime/failover.py) or None.
         self.failover = None
         self._kept_traces: list = []  # functions traced on a placement since left (alive)
+        self._current: dict = {}  # ASP: id(fn) -> (fn, placement generation, its copy)
         self.stopped = False  # shutdown() was called: the ticker ends, nothing is scheduled
         fitplan.install()  # each fit's first step says how many updates the fit makes
         granules.install()  # evaluation data stays in whole batches (sized strategies)
@@ -126,8 +127,12 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
             if line:
                 print(line, flush=True)
         if self.engine is None:  # ASP: exactly what stock TF does, plus a tag for the monitor
-            closure = self.closure(fn, args, kwargs)
-            set_tag(closure, ClosureTag(ClosureKind.ASYNC, fit=self.errors_reached_user))
+            if plan is not None and self.failover is not None:
+                self.failover.steps.fit_starts(getattr(model, "optimizer", None) or next(
+                    iter(self.tracer.optimizers), None))
+            closure = self.closure(self.current_function(fn), args, kwargs)
+            set_tag(closure, ClosureTag(ClosureKind.ASYNC, fit=self.errors_reached_user,
+                                        source=(fn, args, kwargs)))
             remote_value = closure.build_output_remote_value()
             self.losses.keep(closure, remote_value)
             self._wrap_fetch(remote_value)
@@ -178,7 +183,16 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
                     watchdog.wait_bounded(self, lambda: self.engine.wait_idle(timeout=1.0))
             else:  # ASP: TF's own wait, with the stall bound
                 queue = tfcompat.coordinator.queue_of(self).raw
-                watchdog.wait_bounded(self, lambda: queue.wait(timeout=1.0))
+                while True:
+                    failovers = len(self.failover.events) if self.failover else 0
+                    watchdog.wait_bounded(self, lambda: queue.wait(timeout=1.0))
+                    if self.failover is None or (self.failover.ready()
+                                                 and len(self.failover.events) == failovers):
+                        break
+                    # A PS died during the wait: the steps it failed are queued again
+                    self.failover.wait_ready()  # once the recovery ends; wait for them too
+                if self.failover is not None:
+                    self.failover.check()  # a PS that died while nothing ran
             self.losses.flush()  # the last steps' losses
             if self.engine is not None:
                 self.engine.raise_if_error()
@@ -242,6 +256,24 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
                 closure = tfcompat.coordinator.Closure(fn, manager, args=args, kwargs=kwargs)
         self.closures.keep(fn, args, kwargs, manager, closure)
         return closure
+
+    def current_function(self, fn):
+        """ASP: the ``tf.function`` to run for the user's ``fn`` on the current placement.
+        A PS failover created variables again on another task, and ``fn``'s traces keep
+        ops placed on the dead one (measured: tf_keras's train function, its optimizer's
+        update ops colocated with the variable they write), so after one a trace-free copy
+        of ``fn`` (:func:`~tf_hetero.tfcompat.ops.untraced_copy`) runs instead, made again
+        after each failover (``placement_generation``)."""
+        generation = self.strategy.placement_generation
+        if not generation or not hasattr(fn, "python_function"):
+            return fn
+        made = self._current.get(id(fn))
+        if made is None or made[1] != generation:
+            if made is not None:
+                self._kept_traces.append(made[2])  # kept alive (TF_INTERNALS.md)
+            made = (fn, generation, tfcompat.ops.untraced_copy(fn))
+            self._current[id(fn)] = made
+        return made[2]
 
     def trace(self, fn, args) -> None:
         """Traces the ``tf.function`` ``fn`` for ``args`` to run on the chief (an apply), under

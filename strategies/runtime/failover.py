@@ -28,6 +28,9 @@ Where each part runs (docs/FAILOVER.md):
   now, its result handed to the ``RemoteValue`` ``fit`` holds for the old one. The rounds
   applied since the copy are lost, their steps not run again; the line says how many.
 
+ASP (no engine, no round: every step applies its own update): the copy after a worker's
+step and a recovery of the steps TF's queue holds, strategies/runtime/failover_asp.py.
+
 Measured on a local multi-process cluster (benchmarks/tf_probes/ps_failover.py): a
 function that meets the dead PS fails within ~20 ms; creating its variables on another PS
 and tracing again lets the same coordinator and workers go on.
@@ -47,6 +50,7 @@ from tf_hetero.policies import failover as policy
 from tf_hetero.policies.placement import ps_index
 from tf_hetero.strategies.runtime.errors import ParameterServerError, is_ps_failure
 from tf_hetero.strategies.runtime.moves import ps_device
+from tf_hetero.strategies.runtime.failover_asp import AsyncSteps
 from tf_hetero.strategies.runtime.tags import tag_of
 from tf_hetero.strategies.runtime.taskcode import NO_ROUND
 from tf_hetero.tfcompat import variables as tfvars
@@ -59,7 +63,8 @@ PROBE_S = 1.0
 
 class _Copy:
     """The PS variables' values after the apply of round ``round_id`` (``applied`` rounds
-    applied by then)."""
+    applied by then); ASP: ``round_id`` None, ``applied`` the optimizer's step counter in
+    the copy."""
 
     def __init__(self, round_id: int, applied: int, variables: list, values: list):
         self.round_id, self.applied = round_id, applied
@@ -96,6 +101,8 @@ class Failover:
         #: Held by ``schedule`` while it makes and submits a step, and by a recovery: no
         #: step is made on the old placement and submitted after the recovery.
         self.lock = threading.RLock()
+        #: ASP's steps (strategies/runtime/failover_asp.py); None under an engine.
+        self.steps = AsyncSteps(self) if self.engine is None else None
 
     # ------------------------------------------------------------------ the copy
     def after_apply(self, round_id: int) -> None:
@@ -113,7 +120,9 @@ class Failover:
             # One function: one chief -> PS exchange per PS task, not one per variable.
             self._read_fn = (key, tf.function(lambda: [v.read_value() for v in inner]))
         values = [t.numpy() for t in self._read_fn[1]()]
-        self.copy = _Copy(round_id, self.applied, variables, values)
+        counter = self.steps.counter_in(inner, values) if self.steps is not None else None
+        self.copy = _Copy(round_id, self.applied if counter is None else counter, variables,
+                          values)
         self.copies += 1
         self.copy_s.append(time.perf_counter() - t0)
 
@@ -195,6 +204,10 @@ class Failover:
                          name="tf-hetero-failover").start()
         return True
 
+    def ready(self) -> bool:
+        """No recovery is in progress."""
+        return self._ready.is_set()
+
     def wait_ready(self) -> None:
         """Waits (bounded) for a recovery in progress; raises what made it fail."""
         if not self._ready.wait(self.config.detect_s + 60.0):
@@ -211,9 +224,13 @@ class Failover:
             if not self.lock.acquire(timeout=self.config.detect_s):  # no schedule in between
                 raise TimeoutError(f"fit's schedule held its lock over {self.config.detect_s} s")
             try:
-                moved, dst, rounds, remade, applied_before = self._recover_locked(dead, copy)
+                if self.engine is None:
+                    moved, dst, rounds, remade, applied_before = self.steps.recover(dead, copy)
+                else:
+                    moved, dst, rounds, remade, applied_before = self._recover_locked(dead, copy)
             finally:
-                self.engine.resume()
+                if self.engine is not None:
+                    self.engine.resume()
                 self.lock.release()
             rolled_back = applied_before - copy.applied
             event = dict(dead=dead, target=dst, moved=moved, copy_round=copy.round_id,
@@ -222,16 +239,26 @@ class Failover:
             self.events.append(event)
             if self.strategy.monitor is not None:
                 self.strategy.monitor.on_event("ps_failover", **event)
+            if self.engine is None:
+                lost = (f"the copy taken at step {copy.applied} (optimizer.iterations), and "
+                        f"the model rolled back to it: {_steps_lost(rolled_back)}, "
+                        f"{remade} step(s) queued or running made again")
+            else:
+                lost = (f"the copy taken after round {copy.round_id}, and the model rolled "
+                        f"back to it: {rolled_back} applied round(s) lost, {rounds} round(s) "
+                        f"in progress restarted ({remade} step(s) run again)")
             print(f"[tf-hetero] PS {dead} died ({type(error).__name__}); its {moved} variables "
-                  f"were created again on PS {dst} from the copy taken after round "
-                  f"{copy.round_id}, and the model rolled back to it: {rolled_back} applied "
-                  f"round(s) lost, {rounds} round(s) in progress restarted ({remade} step(s) "
-                  f"run again); fit goes on ({event['recover_s']:.2f} s).", flush=True)
+                  f"were created again on PS {dst} from {lost}; fit goes on "
+                  f"({event['recover_s']:.2f} s).", flush=True)
         except Exception as e:  # pylint: disable=broad-except
-            self.engine.fail(e if isinstance(e, ParameterServerError) else ParameterServerError(
+            failure = e if isinstance(e, ParameterServerError) else ParameterServerError(
                 f"tf-hetero failover from PS {dead}'s death failed: {type(e).__name__}: {e}. "
                 "Fix: restart the cluster and resume from the last checkpoint "
-                "(BackupAndRestore)."))
+                "(BackupAndRestore).")
+            if self.engine is not None:
+                self.engine.fail(failure)
+            else:  # ASP: the next schedule or join raises it
+                tfcompat.coordinator.queue_of(self.coordinator).fail(failure)
         finally:
             self._ready.set()
 
@@ -247,43 +274,51 @@ class Failover:
             # Counted once no apply runs: one that was running when the PS died and
             # still landed is rolled back with the others, and counted with them.
             applied_before = self.applied
-            placement = self.strategy.extended.placement
-            num_ps = tfcompat.strategy.num_ps(self.strategy)
-            active = tuple(placement.active) if placement is not None else tuple(range(num_ps))
-            loads = list(placement.loads) if placement is not None else [0.0] * num_ps
-            dst = policy.target(dead, num_ps, active, loads, lost=self.lost)
-            if dst is None:
-                raise ParameterServerError(
-                    f"PS {dead} died and no other PS task can take its variables (the "
-                    f"cluster has {num_ps}). Fix: list a standby PS task in TF_CONFIG, or "
-                    "restart the PS and resume from the last checkpoint (BackupAndRestore).")
-            try:
-                moved = self._restore(copy, dead, dst, placement)
-            except tf.errors.UnavailableError:
-                # Measured (SSP, chaos): an op the chief had sent to the dead task failed
-                # asynchronously, and the restore's first op raised that error (naming the
-                # dead task, for a variable created on the target). Clear it, once, and
-                # restore again: every value comes from the copy, so a repeat is safe.
-                tf.experimental.async_clear_error()
-                moved = self._restore(copy, dead, dst, placement)
-            self.lost.append(dead)
-            self._probed = None  # a probe's answer from before the recovery
-            if placement is not None:
-                placement.set_active(tuple(sorted({p for p in active if p != dead} | {dst})))
-            self.strategy.placement_generation += 1
-            self.applied = copy.applied
-            queue = tfcompat.coordinator.queue_of(coordinator)
-            queue.clear_error()
-            # Measured (chaos, a PS killed during an overlapped apply): a closure that
-            # failed on the dead task left the queue's cancellation manager cancelled,
-            # and every step made with it afterwards was cancelled before it started.
-            queue.renew_cancellation()
-            self._rebuild_worker_state()
+            moved, dst = self.roll_back(dead, copy)
         coordinator.forget_traces()
         again = {id(c) for c in orphans}
         for old in orphans:
             self._remake(old, makers, again)
         return moved, dst, rounds, len(orphans), applied_before
+
+    def roll_back(self, dead: int, copy: _Copy) -> tuple[int, int]:
+        """With nothing writing the PS variables: the dead task's variables created again on
+        the target PS from ``copy`` and every other one set back to it, the placement and
+        the queue made ready for the steps made now. Returns (variables created, target)."""
+        coordinator = self.coordinator
+        placement = self.strategy.extended.placement
+        num_ps = tfcompat.strategy.num_ps(self.strategy)
+        active = tuple(placement.active) if placement is not None else tuple(range(num_ps))
+        loads = list(placement.loads) if placement is not None else [0.0] * num_ps
+        dst = policy.target(dead, num_ps, active, loads, lost=self.lost)
+        if dst is None:
+            raise ParameterServerError(
+                f"PS {dead} died and no other PS task can take its variables (the "
+                f"cluster has {num_ps}). Fix: list a standby PS task in TF_CONFIG, or "
+                "restart the PS and resume from the last checkpoint (BackupAndRestore).")
+        try:
+            moved = self._restore(copy, dead, dst, placement)
+        except tf.errors.UnavailableError:
+            # Measured (SSP, chaos): an op the chief had sent to the dead task failed
+            # asynchronously, and the restore's first op raised that error (naming the
+            # dead task, for a variable created on the target). Clear it, once, and
+            # restore again: every value comes from the copy, so a repeat is safe.
+            tf.experimental.async_clear_error()
+            moved = self._restore(copy, dead, dst, placement)
+        self.lost.append(dead)
+        self._probed = None  # a probe's answer from before the recovery
+        if placement is not None:
+            placement.set_active(tuple(sorted({p for p in active if p != dead} | {dst})))
+        self.strategy.placement_generation += 1
+        self.applied = copy.applied
+        queue = tfcompat.coordinator.queue_of(coordinator)
+        queue.clear_error()
+        # Measured (chaos, a PS killed during an overlapped apply): a closure that
+        # failed on the dead task left the queue's cancellation manager cancelled,
+        # and every step made with it afterwards was cancelled before it started.
+        queue.renew_cancellation()
+        self._rebuild_worker_state()
+        return moved, dst
 
     def _rebuild_worker_state(self) -> None:
         """Every live worker's input iterators and local gradient buffers made again, before
@@ -299,9 +334,11 @@ class Failover:
           rollback undid: measured (pipelined H-PS), the first push after the failover
           carried them into the next apply. The engine drops those tasks
           (``LocalAccumulation.on_fail``); here the buffers restart from zero."""
-        live = set(self.engine.live_workers)
+        workers = tfcompat.coordinator.workers_of(self.coordinator)
+        live = (set(self.engine.live_workers) if self.engine is not None else  # ASP: every
+                {w.worker_index for w in workers})  # worker (a dead one's run when it is back)
         buffers = [v for b in self.coordinator.tracer.buffers for v in b.per_worker_variables]
-        for worker in tfcompat.coordinator.workers_of(self.coordinator):
+        for worker in workers:
             if worker.worker_index in live:
                 tfcompat.coordinator.rebuild_resources(worker, buffers)
 
@@ -360,3 +397,17 @@ class Failover:
             for old, value in assigns:
                 old.assign(value)
         return moved
+
+
+def _steps_lost(rolled_back: int) -> str:
+    """ASP's line on the applied steps a rollback undid. Negative: steps that failed as the
+    PS died had landed in the copy (read while they ran) and run again: ASP's steps are
+    at least once, as under a worker's death.
+
+    >>> _steps_lost(2), _steps_lost(-1)
+    ('2 applied step(s) lost', 'no applied step lost; 1 step(s) that failed as the PS died had landed in the copy and run again (ASP steps run at least once)')
+    """
+    if rolled_back >= 0:
+        return f"{rolled_back} applied step(s) lost"
+    return (f"no applied step lost; {-rolled_back} step(s) that failed as the PS died had "
+            "landed in the copy and run again (ASP steps run at least once)")

@@ -115,7 +115,26 @@ def _instrument(coordinator, worker, attempt, versions):
                 version = versions.version
         if task is not None:
             task.t_call = time.perf_counter()  # a round profile's start | launch boundary
-        process(closure)
+        steps = coordinator.failover.steps if (
+            engine is None and tag is not None and coordinator.failover is not None) else None
+        if steps is None:
+            process(closure)
+        else:  # ASP under failover: the step counts, may take the copy, or is failed over
+            steps.step_begins()
+            attempt.open_step, outcome = steps, None
+            try:
+                process(closure)
+                if not (attempt.failed or attempt.put_back == "requeued"):
+                    outcome = attempt.error or queue.error
+                    if outcome is None and attempt.put_back == "cancelled":
+                        outcome = tf.errors.CancelledError(None, None, "closure cancelled")
+            finally:
+                if attempt.open_step is not None:  # not ended by a worker failure already
+                    attempt.open_step = None
+                    ran = not (attempt.failed or attempt.put_back == "requeued")
+                    if steps.step_ends(closure, outcome, fit == coordinator.errors_reached_user,
+                                       ran=ran):
+                        return  # made again by the recovery, whose result ends this one's
         end = time.perf_counter()
         if attempt.failed or attempt.put_back == "requeued":
             # The closure went back to the queue (a worker failure, or a failure TF deems
@@ -149,11 +168,23 @@ def _instrument(coordinator, worker, attempt, versions):
                 staleness = versions.version - version
                 versions.version += 1
             monitor.record_task(w, start, end, applied=True, staleness=staleness)
+            hand_on(closure)  # a step a failover made again: the one fit holds ends too
+        elif error is not None and engine is None and coordinator.failover is not None \
+                and fit == coordinator.errors_reached_user:
+            # ASP under failover, an error the failover did not take (a death it cannot
+            # recover from): the queue did not keep it (keep_error), so it is set here.
+            queue.fail(translate(error))
         if tag is not None and tag.output is not None:  # an asynchronous step: its loss
             coordinator.losses.finished(closure, w)
 
     def on_closure_failure(on_failure, closure, e):
         attempt.failed = True
+        steps = getattr(attempt, "open_step", None)
+        if steps is not None:
+            # ASP under failover: this worker died, TF puts its step back and waits for the
+            # worker to come back: the step no longer runs (a recovery need not wait for it).
+            attempt.open_step = None
+            steps.step_ends(closure, None, ran=False)
         if engine is not None:
             engine.worker_failed(w)
         closure.tag = None  # put_back() asserts an untagged closure

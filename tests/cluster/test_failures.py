@@ -75,6 +75,11 @@ def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
     result = scenario("failover", tmp_path, "bsp", "2")
     if result["error"] is not None and "PS failover(s) in it" in result["error"]["message"]:
         result = scenario("failover", tmp_path, "bsp", "2")
+    _assert_two_failovers_onto_ps_2_exact(result)
+
+
+def _assert_two_failovers_onto_ps_2_exact(result: dict) -> None:
+    """PS 1 and then PS 0 failed over onto PS 2, every update counted, the weights exact."""
     assert result["error"] is None, result["error"]
     assert result["killed"] == [1, 0]
     first, second = result["events"]
@@ -82,10 +87,10 @@ def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
     assert (second["dead"], second["target"]) == (0, 2) and second["moved"] > 0
     assert result["devices_after"] == ["/job:ps/replica:0/task:2/device:CPU:0"]
     assert len(result["losses"]) == 2 and all(math.isfinite(x) for x in result["losses"])
-    # Every round applied counts in optimizer.iterations but the rolled-back ones.
+    # Every update applied counts in optimizer.iterations but the rolled-back ones.
     rolled_back = first["rolled_back"] + second["rolled_back"]
     assert result["iterations"] == result["applied"] - rolled_back
-    assert result["iterations"] > 12  # rounds were applied after each failover
+    assert result["iterations"] > 12  # updates were applied after each failover
     assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
 
 
@@ -127,6 +132,17 @@ def test_a_keras3_fit_fails_over(tmp_path):
     assert event["dead"] == 1 and event["moved"] > 0
     assert result["iterations"] == result["applied"] - event["rolled_back"] > 6
     assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
+
+
+def test_an_asp_fit_fails_over_twice_and_ends_exact(tmp_path):
+    """ASP (no rounds: each step applies its own update) on one worker, whose steps follow
+    one another: PS 1 killed after 6 steps, PS 0 six steps after that failover. The copies
+    are taken between two steps, so the fit ends exact: its weights equal a local model's
+    after ``iterations`` steps, and ``iterations`` = steps applied - steps rolled back
+    (a step run twice, or one lost without being counted, would differ). Without ASP's
+    failover (``set_failover`` refused it before) the first death raises
+    ParameterServerError and the test fails."""
+    _assert_two_failovers_onto_ps_2_exact(scenario("failover", tmp_path, "asp:1", "2"))
 
 
 # ---------------------------------------------------------------- chaos, any strategy

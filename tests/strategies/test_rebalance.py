@@ -270,10 +270,11 @@ def test_rebalance_is_an_option_of_round_strategies_only(cluster):
         tf_hetero.ASPStrategy(cluster.resolver, rebalance=True)
 
 
-def test_failover_is_an_option_of_round_strategies_only(cluster):
+def test_failover_is_refused_only_where_rounds_and_asynchronous_steps_switch(cluster):
     """``set_failover``: on for a round strategy, off again with None; refused in one line
-    with the fix for asynchronous steps and for impossible settings; SSP and DynSGD (a book
-    per worker) take it too (docs/FAILOVER.md)."""
+    with the fix for AutoStrategy (which switches between rounds and asynchronous steps)
+    and for impossible settings; SSP, DynSGD (a book per worker) and ASP take it
+    (docs/FAILOVER.md)."""
     import tf_hetero
 
     strategy = tf_hetero.BSPStrategy(cluster.resolver)
@@ -285,10 +286,11 @@ def test_failover_is_an_option_of_round_strategies_only(cluster):
         strategy.set_failover(tf_hetero.FailoverConfig(every=0))
     with pytest.raises(TypeError, match=r"failover='often': give True, an int"):
         strategy.set_failover("often")
-    with pytest.raises(ValueError, match=r"failover rolls the model back to a copy taken at "
-                                         r"a round boundary.*Fix: use a round strategy"):
-        tf_hetero.ASPStrategy(cluster.resolver).set_failover(True)
-    for book_per_worker in (tf_hetero.SSPStrategy, tf_hetero.DynSGDStrategy):
+    with pytest.raises(ValueError, match=r"switches between rounds and asynchronous steps"
+                                         r".*Fix: use a round strategy.*or ASP"):
+        tf_hetero.AutoStrategy(cluster.resolver).set_failover(True)
+    for book_per_worker in (tf_hetero.SSPStrategy, tf_hetero.DynSGDStrategy,
+                            tf_hetero.ASPStrategy):
         strategy = book_per_worker(cluster.resolver)
         strategy.set_failover(True)
         assert strategy.coordinator.failover.config.every == 8

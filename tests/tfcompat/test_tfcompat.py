@@ -360,3 +360,32 @@ def test_a_cancelled_cancellation_manager_is_renewed(queue):
     renewed = queue.cancellation_manager
     assert renewed is not manager and not renewed.is_cancelled
     assert int(renewed.get_cancelable_function(concrete)(tf.constant(1))) == 2
+
+
+def test_queued_closures_are_taken_out_in_order_and_a_waiting_put_goes_on(queue):
+    """ASP's failover takes every queued step out of TF's queue to make it again: in order,
+    the per-worker queues untouched, and room made for a ``put`` waiting on a full queue."""
+    a, b, pinned = _closure(), _closure(), _closure()
+    queue.raw.put(a)
+    queue.raw.put(b)
+    queue.raw.put(pinned, tag=0)
+    assert queue.take_queued() == [a, b]
+    assert queue.take_queued() == []
+    assert queue.raw.get(tag=0) is pinned
+
+
+def test_an_untraced_copy_traces_again_and_leaves_the_function_as_it_was():
+    """What ASP's failover runs after variables were created again on another PS: a copy of
+    the step's ``tf.function`` with its options and none of its traces."""
+    traces = []
+
+    @tf.function(reduce_retracing=True)
+    def step(x):
+        traces.append(1)
+        return x * 2
+
+    assert int(step(tf.constant(2))) == 4 and len(traces) == 1
+    copy = tfcompat.ops.untraced_copy(step)
+    assert int(copy(tf.constant(3))) == 6 and len(traces) == 2  # traced again
+    assert int(step(tf.constant(5))) == 10 and len(traces) == 2  # the original's trace kept
+    assert copy.python_function is step.python_function

@@ -112,6 +112,16 @@ class ClosureQueue:
             self.raw.inflight_closure_count -= len(taken)
         return taken
 
+    def take_queued(self) -> list:
+        """Removes every closure from the shared queue (``_queue``; not the workers' own
+        tagged queues) and returns them in order; a ``put`` waiting for room goes on."""
+        with self.lock:
+            taken = []
+            while not self.raw._queue.empty():
+                taken.append(self.raw._queue.get(block=False))
+            self.raw._queue_free_slot_condition.notify_all()
+        return taken
+
     def replace_mark_failed(self, keep_error: Callable[[BaseException], bool],
                             seen: Callable[[BaseException], None] = lambda e: None) -> None:
         """Replaces the queue's ``mark_failed`` (cc ~520) by TF's body with one change: the

@@ -13,7 +13,7 @@ from tf_hetero.patching import wrap_once
 
 __all__ = ["sleep_dataset", "resource_variable_classes", "v1_optimizer_class",
            "ResourceVariable", "autograph_enabled", "wrap_device_datasets", "placed_on",
-           "dataset_batch_size", "keep_only_local_job"]
+           "dataset_batch_size", "keep_only_local_job", "untraced_copy"]
 
 # pylint: disable=protected-access
 
@@ -51,6 +51,13 @@ def v1_optimizer_class() -> type:
     """``tf.compat.v1.train.Optimizer`` (training/optimizer.py), whose ``apply_gradients``
     a step may call directly."""
     return tf.compat.v1.train.Optimizer
+
+
+def untraced_copy(fn):
+    """A new ``tf.function`` of ``fn``'s Python function with ``fn``'s options and none of its
+    traces (``Function._clone``, polymorphic_function.py): its first call traces again, so
+    it places its ops where the variables are now; ``fn`` itself is left as it is."""
+    return fn._clone(None)
 
 
 def autograph_enabled(fn) -> bool:

@@ -9,7 +9,8 @@
 ``apply`` PS 1 as the 7th round's apply starts (the apply meets the dead task); ``worker``
 worker 1 and PS 1 together after 6 applied rounds; ``move`` PS 1 as the first variable of a
 ``scale_ps([0, 2])`` after 6 applied rounds is moved (live rebalancing on); ``epoch`` PS 1
-as fit joins at epoch 1's end.
+as fit joins at epoch 1's end. ``STRATEGY`` may name a worker count: ``asp:1`` (ASP on one
+worker, whose steps follow one another: exact).
 
 ``ps`` and ``resume`` take a last argument ``keras3``: the same with a Keras 3 model (its own
 ``BackupAndRestore`` and callbacks).
@@ -151,7 +152,8 @@ def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
     def dataset_fn(_):
         return tf.data.Dataset.from_tensors((x, y)).repeat()
 
-    with tf_hetero.LocalCluster(WORKERS, 3, processes=True) as cluster:
+    name, _, workers = name.partition(":")  # e.g. "asp:1": ASP on one worker (exact)
+    with tf_hetero.LocalCluster(int(workers or WORKERS), 3, processes=True) as cluster:
         from tf_hetero.strategies import registry
 
         # A stalled recovery ends in the stall error, which says what the engine waited on.
@@ -170,7 +172,9 @@ def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
 
         devices = placed()
 
-        def applied():
+        def applied():  # rounds applied (ASP: steps)
+            if engine is None:
+                return strategy.coordinator.failover.steps.run
             return sum(r.applied > 0 for r in engine.rounds)
 
         killed, killed_workers, scaling = [], [], []
@@ -264,17 +268,18 @@ def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
             local.train_on_batch(x, y)
         diff = max(float(np.max(np.abs(a - b))) for a, b in zip(final, local.get_weights()))
         scale = max(float(np.max(np.abs(b))) for b in local.get_weights())
-        tasks = [t for r in engine.rounds for t in r.tasks]
+        rounds = engine.rounds if engine is not None else []
+        tasks = [t for r in rounds for t in r.tasks]
         result = dict(error=error, killed=killed, killed_workers=killed_workers, losses=losses,
-                      events=failover.events, live_workers=sorted(engine.live_workers),
-                      copies=failover.copies,
+                      events=failover.events, copies=failover.copies,
+                      live_workers=sorted(engine.live_workers) if engine is not None else None,
                       tasks_done=sum(t.state == "done" for t in tasks),
                       copy_bytes=failover.copy.nbytes if failover.copy else 0,
                       copy_ms=1e3 * float(np.median(failover.copy_s)) if failover.copy_s else None,
                       iterations=iterations,
-                      applied=sum(r.applied > 0 for r in engine.rounds),
+                      applied=applied(),
                       # per round: micro-batches applied (-1: none), abandoned, tasks
-                      rounds=[(r.applied, r.abandoned, len(r.tasks)) for r in engine.rounds],
+                      rounds=[(r.applied, r.abandoned, len(r.tasks)) for r in rounds],
                       devices_before=devices,
                       devices_after=placed(),
                       max_diff=diff, max_weight=scale)
