@@ -1,15 +1,18 @@
 """Final accuracy of fits in which a PS died and failed over, beside the run-to-run spread of
 undisturbed fits (issue 51's accuracy target).
 
-    .venv/bin/python benchmarks/failover_accuracy.py OUT [--strategies bsp,hps] [--repeats 3]
+    .venv/bin/python benchmarks/failover_accuracy.py OUT [--strategies bsp,hps,asp] \\
+        [--repeats 3] [--first-seed 1] [--every 8]
 
 Each run is its own chief process on its own multi-process LocalCluster (3 workers, 3 PS
-tasks, PS 2 standing by, ``set_failover(8)`` in every run, killed or not): the demo's MLP on
-the bundled digits data (Adam 1e-3, batch 32 per worker, 4 epochs of 60 steps), accuracy on
-the test split. Repeat ``r`` uses seed ``r + 1`` (initial weights and data order) for both its
-undisturbed and its killed run, so each pair differs only by the kill: PS 1 killed (SIGKILL)
-once 45% of the fit's rounds are applied (mid-epoch: the
-epoch-end kill is the chaos table's ``epoch`` kind). Writes ``failover_accuracy.json`` and ``.md``.
+tasks, PS 2 standing by, ``set_failover(EVERY)``, 8 by default, in every run, killed or not):
+the demo's MLP on the bundled digits data (Adam 1e-3, batch 32 per worker, 4 epochs of 60
+steps), accuracy on the test split. Seed ``s`` (initial weights and data order) serves both
+an undisturbed and a killed run, so each pair differs only by the kill: PS 1 killed
+(SIGKILL) once ``KILL_AT`` (3/8) of the fit's rounds (ASP: steps) are applied, the middle of
+epoch 2, so the death is met by steps, not by Keras's own reads on the chief between two
+epochs (docs/FAILOVER.md, Limits; the epoch-end kill is the chaos table's ``epoch`` kind).
+Writes ``failover_accuracy.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ import time
 
 from failover_chaos import LOCK, REPO, save  # noqa: E402 - beside this file
 EPOCHS, STEPS, BATCH, WORKERS = 4, 60, 32, 3
+KILL_AT = 3 / 8  # of the rounds: the middle of epoch 2 of 4
 
 
-def child(strategy_name: str, seed: int, kill: bool, out: str) -> None:
+def child(strategy_name: str, seed: int, kill: bool, out: str, every: int = 8) -> None:
     """One fit (in this process); writes its accuracy and failover events to ``out``."""
     import numpy as np
     import tensorflow as tf
@@ -44,7 +48,7 @@ def child(strategy_name: str, seed: int, kill: bool, out: str) -> None:
     with tf_hetero.LocalCluster(WORKERS, 3, processes=True) as cluster:
         strategy = registry.make(strategy_name, cluster.resolver, stall_timeout_s=120)
         strategy.scale_ps(2)  # PS 2 stands by
-        strategy.set_failover(8)
+        strategy.set_failover(every)
         with strategy.scope():
             model = models.build("mlp", input_shape=train.input_shape,
                                  num_classes=train.num_classes, seed=seed)
@@ -53,12 +57,14 @@ def child(strategy_name: str, seed: int, kill: bool, out: str) -> None:
         engine = strategy.engine
         rounds = EPOCHS * STEPS / registry.updates_per_round(strategy_name, WORKERS)
 
-        def applied():
+        def applied():  # rounds applied (ASP: steps)
+            if engine is None:
+                return strategy.coordinator.failover.steps.run
             return sum(r.applied > 0 for r in engine.rounds)
 
         def kill_later():
             deadline = time.monotonic() + 300
-            while applied() < 0.45 * rounds and time.monotonic() < deadline:
+            while applied() < KILL_AT * rounds and time.monotonic() < deadline:
                 time.sleep(0.05)
             cluster.kill("ps", 1)
 
@@ -78,12 +84,12 @@ def child(strategy_name: str, seed: int, kill: bool, out: str) -> None:
         json.dump(result, f)
 
 
-def run(strategy: str, seed: int, kill: bool, timeout: float, log: str) -> dict:
+def run(strategy: str, seed: int, kill: bool, timeout: float, log: str, every: int = 8) -> dict:
     out = tempfile.mktemp(suffix=".json")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     cmd = ["flock", LOCK, "timeout", "-k", "10", str(timeout), sys.executable, __file__,
-           "--child", strategy, str(seed), "kill" if kill else "none", out]
+           "--child", strategy, str(seed), "kill" if kill else "none", out, str(every)]
     with open(log, "w") as f:
         proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
     if proc.returncode != 0 or not os.path.exists(out):
@@ -123,17 +129,19 @@ def main(argv=None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--strategies", default="bsp,hps")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=1, help="seeds first-seed, +1, ...")
+    p.add_argument("--every", type=int, default=8, help="set_failover(EVERY) in every run")
     p.add_argument("--timeout", type=float, default=300)
     a = p.parse_args(argv)
     os.makedirs(a.out_dir, exist_ok=True)
     rows = []
     # Seeds from 1: with tf.random.set_seed(0), TF's get_seed compares the per-worker
     # shuffle seed (a tensor) with 0 in Python and the dataset function fails to trace.
-    for seed in range(1, a.repeats + 1):
+    for seed in range(max(1, a.first_seed), max(1, a.first_seed) + a.repeats):
         for strategy in a.strategies.split(","):
             for kill in (False, True):
                 log = os.path.join(a.out_dir, f"{strategy}-{seed}-{'kill' if kill else 'none'}.log")
-                r = run(strategy, seed, kill, a.timeout, log)
+                r = run(strategy, seed, kill, a.timeout, log, a.every)
                 r.update(strategy=strategy, seed=seed, kill=kill)
                 rows.append(r)
                 print(f"{strategy} seed={seed} kill={kill}: "
@@ -145,7 +153,8 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
-        child(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "kill", sys.argv[5])
+        child(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "kill", sys.argv[5],
+              int(sys.argv[6]))
         sys.stdout.flush()
         os._exit(0)  # skip TF teardown against a killed server
     sys.exit(main())

@@ -7,10 +7,11 @@ failover; ``apply``: PS 1 killed on the apply thread as the 7th round's apply st
 ``worker``: worker 1 and PS 1 killed together after 6 applied rounds; ``move``: live
 rebalancing on, ``scale_ps([0, 2])`` after 6 applied rounds, PS 1 killed as its first
 variable move starts; ``epoch``: PS 1 killed as ``fit`` joins at the end of epoch 1 (the
-engine idle: no step or apply meets the death).
+engine idle: no step or apply meets the death); ``rejoin``: PS 1 killed, its process started
+again, and once it rejoined (an epoch's end) PS 2 killed, whose variables must go to PS 1.
 
     .venv/bin/python benchmarks/failover_chaos.py OUT_DIR [--strategies bsp,hps] \\
-        [--kills 1,2,apply,worker,move,epoch] [--repeats 3] [--timeout 180] [--keras3]
+        [--kills 1,2,apply,worker,move,epoch,rejoin] [--repeats 3] [--timeout 180] [--keras3]
 
 Judged per run: the fit ended without an error; every kill was failed over (one event
 each); ``optimizer.iterations`` = rounds applied - rounds rolled back (no update lost or
@@ -43,7 +44,7 @@ STRATEGIES = ("bsp", "backup", "epsp", "epspslack", "hps", "hpsoverlap", "hpspip
 ROUNDS_ONLY = ("apply", "move")
 LOCK = "/tmp/tf-hetero-heavy.lock"  # benchmarks/chaos.py's
 #: Kind of kill -> PS tasks killed (each one failover).
-KILLS = {"1": 1, "2": 2, "apply": 1, "worker": 1, "move": 1, "epoch": 1}
+KILLS = {"1": 1, "2": 2, "apply": 1, "worker": 1, "move": 1, "epoch": 1, "rejoin": 2}
 
 
 def run(strategy: str, kills: str, timeout: float, log: str, flavour: str = "tf_keras") -> dict:
@@ -77,6 +78,8 @@ def judge(r: dict, kind: str) -> str:
         return "the killed worker still counted live"
     if len(r.get("killed", [])) != kills or len(events) != kills:
         return f"{len(r.get('killed', []))} kills, {len(events)} failovers"
+    if kind == "rejoin" and (r.get("rejoined") != [1] or events[-1]["target"] != 1):
+        return f"rejoined {r.get('rejoined')}, PS 2's variables went to PS {events[-1]['target']}"
     if r["iterations"] != r["applied"] - sum(e["rolled_back"] for e in events):
         return (f"iterations {r['iterations']} != applied {r['applied']} - rolled back "
                 f"{sum(e['rolled_back'] for e in events)}")

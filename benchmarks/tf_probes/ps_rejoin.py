@@ -17,11 +17,10 @@ Measured 2026-12-04 (tensorflow-cpu 2.21, 2 cores): the restarted process listen
 ``update_server_def`` with the same server def takes 0.3-0.5 s, after which ops on the
 restarted PS 1 and on PS 0 and 2 run, ``v1`` created on PS 1 is read and written by the
 workers' steps, and after PS 0 dies too an op and a new variable on PS 1 still work (with
-or without PS 1 used in between). Not carried into the failover yet: inside a running fit
-(tests/support/scenarios/failures.py, BSP, PS 1 rejoined at a copy this way), the failover
-from PS 0's later death failed creating the variables on PS 1 with ``UnavailableError``
-"failed to connect ... Connection refused" naming PS 1's address while its restarted process
-was serving (docs/FAILOVER.md, Limits).
+or without PS 1 used in between). Carried into the failover (``Failover.rejoin``, at an
+epoch's end). A first try inside a fit failed with "Connection refused" naming the restarted
+PS 1: the harness's, not TF's doing (``PR_SET_PDEATHSIG`` is per thread, and the thread that
+restarted the server had ended; docs/TF_INTERNALS.md).
 """
 import json
 import os

@@ -46,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_hetero import tfcompat
+from tf_hetero.cluster.local import listening
 from tf_hetero.policies import failover as policy
 from tf_hetero.policies.placement import ps_index
 from tf_hetero.strategies.runtime.errors import ParameterServerError, is_ps_failure
@@ -101,6 +102,8 @@ class Failover:
         #: Held by ``schedule`` while it makes and submits a step, and by a recovery: no
         #: step is made on the old placement and submitted after the recovery.
         self.lock = threading.RLock()
+        #: PS tasks that died and came back (:meth:`rejoin`), in order.
+        self.rejoined: list[int] = []
         #: ASP's steps (strategies/runtime/failover_asp.py); None under an engine.
         self.steps = AsyncSteps(self) if self.engine is None else None
 
@@ -165,11 +168,13 @@ class Failover:
         """Fails over a PS task that died while nothing ran (``join``, when the engine is
         idle: at an epoch's end). Nothing of the fit's meets such a death, and Keras's own
         ops on the chief, which read the metrics on the PS tasks next, would only raise it.
-        Returns whether a recovery ran (it has ended when this returns)."""
+        Returns whether a recovery ran (it has ended when this returns). With every task
+        answering, a lost PS task whose process serves again rejoins (:meth:`rejoin`)."""
         if self.copy is None:
             return False
         dead = self._probe()
         if dead is None:
+            self.rejoin()
             return False
         error = tf.errors.UnavailableError(
             None, None, f"/job:ps/replica:0/task:{dead} did not answer when the fit joined")
@@ -177,6 +182,48 @@ class Failover:
             return False
         self.wait_ready()
         return True
+
+    def rejoin(self) -> list[int]:
+        """Lost PS tasks whose process listens again on its address (restarted) stand by
+        again, targets of the next failover (and of :meth:`HeteroStrategy.scale_ps`).
+        Called by :meth:`check` with nothing running: the chief's eager context is updated
+        with the cluster's server def, as TF does when a worker comes back, then one op on
+        each such task checks it. Only when every other task of the cluster listens too (TF's
+        update waits for each task to answer: a dead worker would hold it). Returns the
+        tasks that rejoined."""
+        addresses = tfcompat.coordinator.task_addresses(self.coordinator)
+        back = [p for p in self.lost if _listens(addresses[("ps", p)])]
+        if not back:
+            return []
+        others = [a for (job, i), a in addresses.items() if job in ("worker", "ps")
+                  and not (job == "ps" and i in self.lost)]
+        if not all(_listens(a) for a in others):
+            return []  # at a later join
+        try:
+            tfcompat.coordinator.refresh_cluster(self.coordinator)
+        except tf.errors.OpError as e:
+            print(f"[tf-hetero] PS {back} listen(s) again, but the cluster could not be "
+                  f"updated to reach it ({type(e).__name__}: {str(e)[:200]}); tried again at "
+                  "the next epoch's end.", flush=True)
+            return []
+        rejoined = []
+        for p in back:
+            try:
+                with tf.device(ps_device(p)):
+                    tf.add(1, 1).numpy()
+            except tf.errors.OpError:
+                continue
+            self.lost.remove(p)
+            rejoined.append(p)
+        self._probed = None
+        self.rejoined.extend(rejoined)
+        for p in rejoined:
+            if self.strategy.monitor is not None:
+                self.strategy.monitor.on_event("ps_rejoined", ps=p)
+            print(f"[tf-hetero] PS {p} is back (its process restarted on its address): it "
+                  "stands by for the next failover (scale_ps can make it active again).",
+                  flush=True)
+        return rejoined
 
     def take(self, error: BaseException) -> bool:
         """Whether the failover takes ``error`` (a closure's or an apply's): a PS failure
@@ -411,3 +458,9 @@ def _steps_lost(rolled_back: int) -> str:
         return f"{rolled_back} applied step(s) lost"
     return (f"no applied step lost; {-rolled_back} step(s) that failed as the PS died had "
             "landed in the copy and run again (ASP steps run at least once)")
+
+
+def _listens(address: str) -> bool:
+    """Whether ``host:port`` accepts TCP connections."""
+    host, port = address.rsplit(":", 1)
+    return listening(host, int(port))

@@ -180,6 +180,11 @@ def _noting_data_handler(original):
         strategy = getattr(model, "distribute_strategy", None)
         # Not the validation handler's plan: the next training task would take it (a second
         # fit line at epoch 2 of a fit with validation_data, its divergence watch reset).
+        if state_of(strategy) is not None:
+            # One read of steps_per_execution (a PS variable), not one per step from fit's
+            # thread: after a PS death that read met it first (ASP: the clear error before
+            # the failover took a step's failure; docs/FAILOVER.md).
+            tfcompat.keras.cache_steps_per_execution(handler)
         if state_of(strategy) is not None and fits_handler(kwargs):
             note_plan(strategy, handler)
             # Rebalancing's decision 0 places the model's variables before the first trace.

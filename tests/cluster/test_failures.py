@@ -62,24 +62,39 @@ def test_killed_ps_raises_clear_error_and_backup_and_restore_resumes(tmp_path, f
 
 def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
     """BSP, 3 PS tasks (PS 2 standing by), copies every 4 applied rounds, every worker reading
-    the same batch: PS 1 killed after 6 applied rounds, PS 0 six rounds after its failover.
-    The fit ends in the same process with every variable on PS 2, and its weights equal a
-    local model's after ``optimizer.iterations`` SGD steps with momentum on that batch from
-    the same initial weights: one consistent model (a survivor left a round ahead, or a
-    variable not restored from the copy, would differ). Without the failover the fit raises
-    ParameterServerError (test_killed_ps_raises_clear_error_...).
+    the same batch, so every round is one SGD step on it. PS 1 killed after 6 applied rounds
+    (its variables go to PS 2) and its process started again on its address; at the next
+    epoch's end it rejoins as a standby, and when PS 2 dies its variables go back to PS 1.
+    The fit ends in the same process on PS 0 and 1, its weights equal to a local model's
+    after ``optimizer.iterations`` SGD steps with momentum from the same initial weights: one
+    consistent model (a survivor left a round ahead, or a variable not restored from the
+    copy, would differ). Without the failover the fit raises ParameterServerError
+    (test_killed_ps_raises_clear_error_...); without the rejoin PS 2's variables go to the
+    surviving PS 0, and the test fails on the target."""
+    result = scenario("failover", tmp_path, "bsp", "rejoin")
+    assert result["error"] is None, result["error"]
+    assert result["killed"] == [1, 2] and result["rejoined"] == [1]
+    first, second = result["events"]
+    assert (first["dead"], first["target"]) == (1, 2) and first["moved"] > 0
+    assert (second["dead"], second["target"]) == (2, 1) and second["moved"] > 0
+    assert result["devices_after"] == ["/job:ps/replica:0/task:0/device:CPU:0",
+                                       "/job:ps/replica:0/task:1/device:CPU:0"]
+    assert all(math.isfinite(x) for x in result["losses"])
+    # Every round applied counts in optimizer.iterations but the rolled-back ones.
+    rolled_back = first["rolled_back"] + second["rolled_back"]
+    assert result["iterations"] == result["applied"] - rolled_back > 12
+    assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
 
-    Failover is experimental: about one BSP run in ten still ends with the clear error
-    "this fit failed after N PS failover(s)" (benchmarks/results/2026-12-03-failover/), so
-    such a run is tried once more; without failover both runs raise and the test fails."""
-    result = scenario("failover", tmp_path, "bsp", "2")
-    if result["error"] is not None and "PS failover(s) in it" in result["error"]["message"]:
-        result = scenario("failover", tmp_path, "bsp", "2")
-    _assert_two_failovers_onto_ps_2_exact(result)
 
-
-def _assert_two_failovers_onto_ps_2_exact(result: dict) -> None:
-    """PS 1 and then PS 0 failed over onto PS 2, every update counted, the weights exact."""
+def test_an_asp_fit_fails_over_twice_and_ends_exact(tmp_path):
+    """ASP (no rounds: each step applies its own update) on one worker, whose steps follow
+    one another: PS 1 killed after 6 steps, PS 0 six steps after that failover, both onto PS
+    2. The copies are taken between two steps, so the fit ends exact: its weights equal a
+    local model's after ``iterations`` steps, and ``iterations`` = steps applied - steps
+    rolled back (a step run twice, or one lost without being counted, would differ).
+    Without ASP's failover (``set_failover`` refused it before) the first death raises
+    ParameterServerError and the test fails."""
+    result = scenario("failover", tmp_path, "asp:1", "2")
     assert result["error"] is None, result["error"]
     assert result["killed"] == [1, 0]
     first, second = result["events"]
@@ -92,7 +107,6 @@ def _assert_two_failovers_onto_ps_2_exact(result: dict) -> None:
     assert result["iterations"] == result["applied"] - rolled_back
     assert result["iterations"] > 12  # updates were applied after each failover
     assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
-
 
 
 @pytest.mark.parametrize("strategy,kill", [("bsp", "move"), ("epsp", "worker"),
@@ -132,17 +146,6 @@ def test_a_keras3_fit_fails_over(tmp_path):
     assert event["dead"] == 1 and event["moved"] > 0
     assert result["iterations"] == result["applied"] - event["rolled_back"] > 6
     assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
-
-
-def test_an_asp_fit_fails_over_twice_and_ends_exact(tmp_path):
-    """ASP (no rounds: each step applies its own update) on one worker, whose steps follow
-    one another: PS 1 killed after 6 steps, PS 0 six steps after that failover. The copies
-    are taken between two steps, so the fit ends exact: its weights equal a local model's
-    after ``iterations`` steps, and ``iterations`` = steps applied - steps rolled back
-    (a step run twice, or one lost without being counted, would differ). Without ASP's
-    failover (``set_failover`` refused it before) the first death raises
-    ParameterServerError and the test fails."""
-    _assert_two_failovers_onto_ps_2_exact(scenario("failover", tmp_path, "asp:1", "2"))
 
 
 # ---------------------------------------------------------------- chaos, any strategy

@@ -178,9 +178,9 @@ def test_launch_worker_serves_until_sigterm_then_exits_cleanly(quiet_env):
     proc = subprocess.Popen([sys.executable, "-m", "tf_hetero", "launch"], env=quiet_env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        from tf_hetero.cluster.local import _listening
+        from tf_hetero.cluster.local import listening
 
-        assert wait_until(lambda: _listening("127.0.0.1", ports[1]) or proc.poll() is not None,
+        assert wait_until(lambda: listening("127.0.0.1", ports[1]) or proc.poll() is not None,
                           timeout=120)
         assert proc.poll() is None, proc.stdout.read()
         proc.send_signal(signal.SIGTERM)

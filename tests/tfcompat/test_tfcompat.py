@@ -255,6 +255,30 @@ def test_the_data_handler_plan_and_wrap():
     assert "get_data_handler" in training_source and "shuffle=" in training_source
 
 
+def test_a_handler_reads_steps_per_execution_once_and_follows_its_own_assigns():
+    """``DataHandler.steps`` reads ``_steps_per_execution`` before every step (under PSS a PS
+    variable: a round trip from fit's thread, and after a PS death the first op to meet
+    it). Cached, a write behind the handler's back is not seen (no read per step), the
+    handler's own partial-execution assign is, and the variable gets it; the steps an epoch
+    yields are the same."""
+    from tf_keras.src.engine import data_adapter
+
+    spe = tf.Variable(3)
+    ds = tf.data.Dataset.from_tensor_slices((np.ones((8, 3)), np.ones((8, 2)))).batch(1)
+    handler = data_adapter.get_data_handler(x=ds, model=_model(), steps_per_epoch=8,
+                                            epochs=1, steps_per_execution=spe)
+    before = list(handler.steps())  # 0, 3, then a partial execution of 2 at 6
+    assert tfcompat.keras.cache_steps_per_execution(handler)
+    assert not tfcompat.keras.cache_steps_per_execution(handler)  # once
+    assert list(handler.steps()) == before == [0, 3, 6]
+    assert int(spe.numpy()) == 3  # restored after the partial execution, through the cache
+    assert tfcompat.keras.handler_plan(handler)[2] == 3
+    spe.assign(5)  # behind the handler's back: the cache is not read again
+    assert handler._steps_per_execution.numpy() == 3
+    handler._steps_per_execution.assign(2)
+    assert handler._steps_per_execution.numpy() == 2 and int(spe.numpy()) == 2
+
+
 def test_the_wrapped_tf_keras_functions_exist():
     from tf_keras.src.callbacks import CallbackList
     from tf_keras.src.engine import data_adapter

@@ -18,6 +18,7 @@ process exits.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import os
 import signal
@@ -25,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Mapping, Sequence
 
@@ -32,7 +34,7 @@ from tf_hetero import env as _env, tflogs
 from tf_hetero.emulation.profile import PROFILE_ENV, Profile
 from tf_hetero.cluster.tf_config import make_tf_config, validate_cluster
 
-__all__ = ["LocalCluster", "ClusterStartError", "pick_ports"]
+__all__ = ["LocalCluster", "ClusterStartError", "pick_ports", "listening"]
 
 #: Seconds a server process may take to listen on its port. Measured: ~3-6 s for a cold
 #: TensorFlow import on the 2-core dev machine, ~15 s with six processes starting at once.
@@ -66,7 +68,27 @@ def die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _listening(host: str, port: int) -> bool:
+_spawner: concurrent.futures.ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
+def spawn(*args, **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(*args, preexec_fn=die_with_parent, **kwargs)`` from one thread that
+    lives as long as this process. ``PR_SET_PDEATHSIG`` fires when the *thread* that forked
+    the child ends, not the process: a server restarted from a thread that then returned
+    (a test's killer thread) got SIGTERM seconds later, and a failover onto it met
+    "Connection refused" while its restart had been seen listening."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="tf-hetero-spawner")
+    return _spawner.submit(subprocess.Popen, *args, preexec_fn=die_with_parent,
+                           **kwargs).result()
+
+
+def listening(host: str, port: int) -> bool:
+    """Whether a process accepts TCP connections on ``host:port`` (0.5 s bound)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
@@ -278,10 +300,10 @@ class LocalCluster:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root, env.get("PYTHONPATH")]))
         log = open(self.log_path(role, index), "ab")
         try:
-            self._procs[(role, index)] = subprocess.Popen(
+            self._procs[(role, index)] = spawn(
                 [sys.executable, "-m", "tf_hetero", "launch"], env=env,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=die_with_parent)
+                start_new_session=True)
         finally:
             log.close()
 
@@ -297,7 +319,7 @@ class LocalCluster:
                     f"{role} {index} exited with code {proc.returncode} before listening on "
                     f"{host}:{port}. Its log ({self.log_path(role, index)}) ends with:\n"
                     + self._log_tail(role, index))
-            if _listening(host, int(port)):
+            if listening(host, int(port)):
                 pending.pop(0)
                 continue
             if time.monotonic() > deadline:

@@ -22,7 +22,9 @@ from tensorflow.python.eager import cancellation
 
 __all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "initialized",
            "coordinator_of", "queue_of",
-           "workers_of", "rebuild_resources", "stop_cluster", "hook_worker", "time_closures",
+           "workers_of", "rebuild_resources", "refresh_cluster", "task_addresses",
+           "stop_cluster", "hook_worker",
+           "time_closures",
            "set_first_arg", "output_built",
            "remote_value_ready", "remote_values", "fetched_tensors", "set_remote_value",
            "wrap_remote_wait", "being_scheduled"]
@@ -215,6 +217,28 @@ def rebuild_resources(worker, variables=()) -> int:
                 worker._schedule_resource(resource._closure)
                 queued += 1
     return queued
+
+
+def refresh_cluster(coordinator) -> None:
+    """Updates the chief's eager context with the cluster's server def, as TF's preemption
+    handler does when a worker comes back (``WorkerPreemptionHandler``: under its
+    ``_cluster_update_lock``, ``context.context().update_server_def(self._server_def)``,
+    cc ~993): a task restarted on its address is reachable again afterwards (measured for a
+    PS task, benchmarks/tf_probes/ps_rejoin.py). Raises what TF raises if a task does not
+    answer."""
+    from tensorflow.python.eager import context
+
+    handler = coordinator._cluster.failure_handler
+    with handler._cluster_update_lock:
+        context.context().update_server_def(handler._server_def)
+
+
+def task_addresses(coordinator) -> dict:
+    """``{(job, index): "host:port"}`` of every task in the server def the coordinator's
+    preemption handler updates the cluster with (:func:`refresh_cluster`)."""
+    cluster = coordinator._cluster.failure_handler._server_def.cluster
+    return {(job.name, int(index)): address for job in cluster.job
+            for index, address in job.tasks.items()}
 
 
 def stop_cluster(coordinator) -> None:

@@ -15,10 +15,12 @@ import sys
 import threading
 from typing import Callable
 
+import numpy as np
+
 from tf_hetero.patching import wrap_once
 
-__all__ = ["wrap_data_handler", "handler_plan", "wrap_train_begin", "optimizer_classes",
-           "lr_schedule", "calling_fit", "fit_running"]
+__all__ = ["wrap_data_handler", "handler_plan", "cache_steps_per_execution", "wrap_train_begin",
+           "optimizer_classes", "lr_schedule", "calling_fit", "fit_running"]
 
 # pylint: disable=protected-access
 
@@ -43,6 +45,40 @@ def handler_plan(handler) -> tuple[int, int, int] | None:
     except (AttributeError, TypeError, ValueError):
         return None
     return per_epoch, epochs, per_execution
+
+
+class _CachedCounter:
+    """A data handler's ``steps_per_execution`` variable, its value read once and kept in
+    step with what the handler assigns through it (the last partial execution of an epoch,
+    then back). Everything else goes to the variable."""
+
+    def __init__(self, variable):
+        self._variable = variable
+        self._value = variable.numpy()
+
+    def numpy(self):
+        return self._value
+
+    def assign(self, value, *args, **kwargs):
+        result = self._variable.assign(value, *args, **kwargs)
+        self._value = np.asarray(value, dtype=self._value.dtype)
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._variable, name)
+
+
+def cache_steps_per_execution(handler) -> bool:
+    """Makes a data handler read its ``_steps_per_execution`` once instead of at every step
+    (``DataHandler.steps`` calls ``.numpy()`` on it before each step it yields): under a PS
+    strategy that variable lives on a PS task, so each read was a round trip from ``fit``'s
+    thread, and after a PS death the first thing to meet it (the clear error before the
+    failover could take a step's failure). Returns whether it did."""
+    variable = getattr(handler, "_steps_per_execution", None)
+    if variable is None or isinstance(variable, _CachedCounter):
+        return False
+    handler._steps_per_execution = _CachedCounter(variable)
+    return True
 
 
 def wrap_train_begin(make: Callable[[Callable], Callable]) -> bool:

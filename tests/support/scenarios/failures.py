@@ -9,7 +9,9 @@
 ``apply`` PS 1 as the 7th round's apply starts (the apply meets the dead task); ``worker``
 worker 1 and PS 1 together after 6 applied rounds; ``move`` PS 1 as the first variable of a
 ``scale_ps([0, 2])`` after 6 applied rounds is moved (live rebalancing on); ``epoch`` PS 1
-as fit joins at epoch 1's end. ``STRATEGY`` may name a worker count: ``asp:1`` (ASP on one
+as fit joins at epoch 1's end; ``rejoin`` PS 1 after 6 applied rounds, its process started
+again, and once it rejoined (at an epoch's end) PS 2, whose variables go to PS 1 (8 epochs).
+``STRATEGY`` may name a worker count: ``asp:1`` (ASP on one
 worker, whose steps follow one another: exact).
 
 ``ps`` and ``resume`` take a last argument ``keras3``: the same with a Keras 3 model (its own
@@ -223,6 +225,19 @@ def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
         def kill_later():
             if kills in ("apply", "epoch"):
                 return
+            if kills == "rejoin":  # PS 1 dies, comes back at an epoch's end, then takes PS 2's
+                when(lambda: applied() >= 6)
+                cluster.kill("ps", 1)
+                killed.append(1)
+                failover = strategy.coordinator.failover
+                when(lambda: failover.events, timeout=60)
+                cluster.restart("ps", 1)
+                when(lambda: failover.rejoined, timeout=60)
+                now = applied()
+                when(lambda: applied() >= now + 3)
+                cluster.kill("ps", 2)
+                killed.append(2)
+                return
             if kills == "move":
                 when(lambda: applied() >= 6)
                 scaling.append(True)
@@ -246,7 +261,8 @@ def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
         error, losses = None, None
         try:
             data = dataset_fn if keras3 else keras.utils.experimental.DatasetCreator(dataset_fn)
-            history = model.fit(data, epochs=2, steps_per_epoch=30, verbose=0)
+            history = model.fit(data, epochs=8 if kills == "rejoin" else 2, steps_per_epoch=30,
+                                verbose=0)
             losses = history.history["loss"]
         except Exception as e:  # noqa: BLE001 - the scenario reports what fit raised
             import traceback
@@ -258,7 +274,7 @@ def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
         if error is not None:  # the weights may be gone with the PS: report what fit raised
             with open(out, "w") as f:
                 json.dump(dict(error=error, killed=killed, killed_workers=killed_workers,
-                               events=failover.events), f)
+                               events=failover.events, rejoined=failover.rejoined), f)
             return
         iterations = int(model.optimizer.iterations.numpy())
         final = model.get_weights()
@@ -272,6 +288,7 @@ def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
         tasks = [t for r in rounds for t in r.tasks]
         result = dict(error=error, killed=killed, killed_workers=killed_workers, losses=losses,
                       events=failover.events, copies=failover.copies,
+                      rejoined=failover.rejoined,
                       live_workers=sorted(engine.live_workers) if engine is not None else None,
                       tasks_done=sum(t.state == "done" for t in tasks),
                       copy_bytes=failover.copy.nbytes if failover.copy else 0,
