@@ -123,7 +123,7 @@ class RowSpec(NamedTuple):
     placement: str | None  # ``balanced`` / ``round_robin``, or None: the strategy's own
     rebalance: bool  # live rebalancing across PS tasks
     keras3: bool  # the row's model is a Keras 3 one (``import keras``), not tf_keras's
-    failover: bool = False  # PS failover (copies of the PS variables every 8 rounds)
+    failover: bool | int = False  # PS failover: True (a copy every 8 rounds) or the rounds
 
 
 #: A row's ``+SUFFIX`` settings.
@@ -131,12 +131,12 @@ ROW_SUFFIXES = ("rebalance", "keras3", "failover")
 
 
 def split_row(spec: str) -> RowSpec:
-    """``NAME[@PLACEMENT][+rebalance][+keras3][+failover][#COPY]`` -> a :class:`RowSpec`.
+    """``NAME[@PLACEMENT][+rebalance][+keras3][+failover[N]][#COPY]`` -> a :class:`RowSpec`.
 
     ``+keras3`` trains the row's model with Keras 3 (``import keras``, on the cluster through
     :func:`tf_hetero.keras3.enable`) instead of tf_keras: ``bsp,bsp+keras3`` runs BSP under
     both side by side; ``+failover`` turns on PS failover (its copies' cost, beside the row
-    without). ``#COPY`` (a number) makes another row of the same settings:
+    without), ``+failoverN`` with a copy every N applied rounds (``set_failover(N)``). ``#COPY`` (a number) makes another row of the same settings:
     ``hps,hps#2`` runs H-PS twice side by side, a control row whose spread says how large a
     difference between rows of one run is noise (docs/MEASUREMENT.md).
 
@@ -146,12 +146,12 @@ def split_row(spec: str) -> RowSpec:
     (('bsp', None, True, False, False), ('pss', None, False, True, False))
     >>> split_row("bsp@balanced+rebalance+keras3#3")
     RowSpec(base='bsp', placement='balanced', rebalance=True, keras3=True, failover=False)
-    >>> split_row("hps+failover").failover
-    True
+    >>> split_row("hps+failover").failover, split_row("asp+failover2").failover
+    (True, 2)
     >>> split_row("bsp+fast")
     Traceback (most recent call last):
     ...
-    ValueError: bench row 'bsp+fast': suffix '+fast' is unknown. Fix: NAME+rebalance, NAME+keras3, NAME+failover, or several (NAME+rebalance+keras3).
+    ValueError: bench row 'bsp+fast': suffix '+fast' is unknown. Fix: NAME+rebalance, NAME+keras3, NAME+failover[N], or several (NAME+rebalance+keras3).
     >>> split_row("hps#b")
     Traceback (most recent call last):
     ...
@@ -162,22 +162,34 @@ def split_row(spec: str) -> RowSpec:
         raise ValueError(f"bench row {spec!r}: copy {copy!r} is not a number. Fix: NAME#2 for "
                          "a second row of NAME.")
     head, *suffixes = settings.split("+")
+    every = [_rounds_between_copies(x) for x in suffixes if _rounds_between_copies(x)]
+    suffixes = ["failover" if _rounds_between_copies(x) else x for x in suffixes]
     for suffix in suffixes:
         if suffix not in ROW_SUFFIXES or suffixes.count(suffix) > 1:
             raise ValueError(f"bench row {spec!r}: suffix '+{suffix}' is unknown. Fix: "
-                             "NAME+rebalance, NAME+keras3, NAME+failover, or several "
+                             "NAME+rebalance, NAME+keras3, NAME+failover[N], or several "
                              "(NAME+rebalance+keras3).")
     base, sep, placement = head.partition("@")
     if sep and placement not in PLACEMENTS:
         raise ValueError(f"bench row {spec!r}: placement {placement!r} is unknown. Fix: "
                          f"NAME@balanced or NAME@round_robin ({', '.join(PLACEMENTS)}).")
     rebalance = "rebalance" in suffixes
-    failover = "failover" in suffixes
+    failover = every[0] if every else "failover" in suffixes
     if base == "pss" and (sep or rebalance or failover):
         raise ValueError(f"bench row {spec!r}: the stock ParameterServerStrategy places "
                          "variables round-robin only and never moves them. Fix: use a "
                          "tf-hetero strategy, e.g. asp@balanced or bsp+rebalance.")
     return RowSpec(base, placement if sep else None, rebalance, "keras3" in suffixes, failover)
+
+
+def _rounds_between_copies(suffix: str) -> int | None:
+    """N of a ``failoverN`` row suffix (N >= 1), else None.
+
+    >>> _rounds_between_copies("failover2"), _rounds_between_copies("failover")
+    (2, None)
+    """
+    n = suffix[len("failover"):]
+    return int(n) if suffix.startswith("failover") and n.isdigit() and int(n) > 0 else None
 
 
 def in_keras3(rows) -> tuple:

@@ -210,7 +210,7 @@ def _make_row(spec: str, cluster, cfg: BenchConfig, profile: Profile, lr_factor:
     if rebalance:
         strategy.set_rebalance(True)  # refuses a strategy without rounds, with the fix
     if failover:
-        strategy.set_failover(True)  # the same
+        strategy.set_failover(failover)  # the same (True, or the rounds between copies)
     k = cfg.steps_per_execution
     per_update = registry.updates_per_round(base, cfg.workers) * k
     granule = getattr(getattr(strategy, "config", None), "granule", None)

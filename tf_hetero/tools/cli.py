@@ -379,7 +379,8 @@ def _bench_parser(sub, common, strategy_help: str) -> None:
     bench.add_argument("--strategies", default="pss,asp,bsp,backup,ssp",
                        help="comma-separated (pss is always run); NAME@balanced: load-aware "
                        "placement; NAME+rebalance: live rebalancing across PS tasks; NAME+keras3: the "
-                       "row's model in Keras 3 (import keras), not tf_keras; NAME#2: a second "
+                       "row's model in Keras 3 (import keras), not tf_keras; NAME+failover[N]: "
+                       "PS failover, a copy every N (8) applied rounds; NAME#2: a second "
                        "row of the same settings (a control); " + strategy_help)
     bench.add_argument("--workers", type=int, default=4)
     bench.add_argument("--ps", type=int, default=2)
