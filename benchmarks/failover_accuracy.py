@@ -48,7 +48,7 @@ def child(strategy_name: str, seed: int, kill: bool, out: str, every: int = 8) -
     with tf_hetero.LocalCluster(WORKERS, 3, processes=True) as cluster:
         strategy = registry.make(strategy_name, cluster.resolver, stall_timeout_s=120)
         strategy.scale_ps(2)  # PS 2 stands by
-        strategy.set_failover(every)
+        strategy.set_failover(every or None)  # 0: off (an undisturbed control)
         with strategy.scope():
             model = models.build("mlp", input_shape=train.input_shape,
                                  num_classes=train.num_classes, seed=seed)
@@ -57,9 +57,11 @@ def child(strategy_name: str, seed: int, kill: bool, out: str, every: int = 8) -
         engine = strategy.engine
         rounds = EPOCHS * STEPS / registry.updates_per_round(strategy_name, WORKERS)
 
-        def applied():  # rounds applied (ASP: steps)
+        failover = strategy.coordinator.failover
+
+        def applied():  # rounds applied (ASP: steps; without failover, not counted)
             if engine is None:
-                return strategy.coordinator.failover.steps.run
+                return failover.steps.run if failover is not None else -1
             return sum(r.applied > 0 for r in engine.rounds)
 
         def kill_later():
@@ -79,7 +81,7 @@ def child(strategy_name: str, seed: int, kill: bool, out: str, every: int = 8) -
         logits = model(test.x, training=False).numpy()
         result = dict(accuracy=float(np.mean(np.argmax(logits, axis=1) == test.y)),
                       iterations=int(model.optimizer.iterations.numpy()), applied=applied(),
-                      events=strategy.coordinator.failover.events, fit_s=wall)
+                      events=failover.events if failover is not None else [], fit_s=wall)
     with open(out, "w") as f:
         json.dump(result, f)
 
@@ -130,7 +132,8 @@ def main(argv=None) -> int:
     p.add_argument("--strategies", default="bsp,hps")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--first-seed", type=int, default=1, help="seeds first-seed, +1, ...")
-    p.add_argument("--every", type=int, default=8, help="set_failover(EVERY) in every run")
+    p.add_argument("--every", type=int, default=8,
+                   help="set_failover(EVERY) in every run; 0: failover off")
     p.add_argument("--timeout", type=float, default=300)
     a = p.parse_args(argv)
     os.makedirs(a.out_dir, exist_ok=True)
