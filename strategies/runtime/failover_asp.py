@@ -83,9 +83,7 @@ class AsyncSteps:
         failover = self.failover
         taken = False
         try:
-            if not ran:
-                pass
-            elif error is None:
+            if ran and error is None:
                 with self._steps:
                     failover.applied += 1
                     self.run += 1
@@ -95,7 +93,7 @@ class AsyncSteps:
                            or self._since_copy >= failover.config.every * max(1, workers))
                 if due:
                     self._copy()
-            elif current and failover.take(error):
+            elif ran and current and failover.take(error):
                 with self._steps:
                     self._failed.append(closure)
                 taken = True

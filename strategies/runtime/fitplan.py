@@ -178,14 +178,15 @@ def _noting_data_handler(original):
         handler = original(*args, **kwargs)
         model = kwargs.get("model")
         strategy = getattr(model, "distribute_strategy", None)
+        if state_of(strategy) is None:
+            return handler
+        # One read of steps_per_execution (a PS variable), not one per step from fit's
+        # thread: after a PS death that read met it first (ASP: the clear error before the
+        # failover took a step's failure; docs/FAILOVER.md).
+        tfcompat.keras.cache_steps_per_execution(handler)
         # Not the validation handler's plan: the next training task would take it (a second
         # fit line at epoch 2 of a fit with validation_data, its divergence watch reset).
-        if state_of(strategy) is not None:
-            # One read of steps_per_execution (a PS variable), not one per step from fit's
-            # thread: after a PS death that read met it first (ASP: the clear error before
-            # the failover took a step's failure; docs/FAILOVER.md).
-            tfcompat.keras.cache_steps_per_execution(handler)
-        if state_of(strategy) is not None and fits_handler(kwargs):
+        if fits_handler(kwargs):
             note_plan(strategy, handler)
             # Rebalancing's decision 0 places the model's variables before the first trace.
             state_of(strategy).model = weakref.ref(model)

@@ -87,6 +87,15 @@ def _instrument(coordinator, worker, attempt, versions):
     queue = tfcompat.coordinator.queue_of(coordinator)
     local = coordinator.config.local is not None
 
+    def went_back() -> bool:  # TF put the closure back on its queue: it runs again
+        return attempt.failed or attempt.put_back == "requeued"
+
+    def error_of_attempt():  # what the closure that ran ended with (None: it returned)
+        error = attempt.error or queue.error
+        if error is None and attempt.put_back == "cancelled":  # the fit's error: cleared
+            error = tf.errors.CancelledError(None, None, "closure cancelled")
+        return error
+
     def process_closure(process, closure):
         tag = tag_of(closure)
         task = tag.task if tag is not None and tag.kind == ClosureKind.TASK else None
@@ -121,29 +130,23 @@ def _instrument(coordinator, worker, attempt, versions):
             process(closure)
         else:  # ASP under failover: the step counts, may take the copy, or is failed over
             steps.step_begins()
-            attempt.open_step, outcome = steps, None
+            attempt.open_step = steps
             try:
                 process(closure)
-                if not (attempt.failed or attempt.put_back == "requeued"):
-                    outcome = attempt.error or queue.error
-                    if outcome is None and attempt.put_back == "cancelled":
-                        outcome = tf.errors.CancelledError(None, None, "closure cancelled")
             finally:
                 if attempt.open_step is not None:  # not ended by a worker failure already
                     attempt.open_step = None
-                    ran = not (attempt.failed or attempt.put_back == "requeued")
-                    if steps.step_ends(closure, outcome, fit == coordinator.errors_reached_user,
-                                       ran=ran):
+                    ran = not went_back()
+                    if steps.step_ends(closure, error_of_attempt() if ran else None,
+                                       fit == coordinator.errors_reached_user, ran=ran):
                         return  # made again by the recovery, whose result ends this one's
         end = time.perf_counter()
-        if attempt.failed or attempt.put_back == "requeued":
+        if went_back():
             # The closure went back to the queue (a worker failure, or a failure TF deems
             # transient, e.g. a PS briefly unreachable, which bypasses
             # _on_closure_failure): it runs again, and its task starts again there.
             return
-        error = attempt.error or queue.error
-        if error is None and attempt.put_back == "cancelled":  # the fit's error: cleared
-            error = tf.errors.CancelledError(None, None, "closure cancelled")
+        error = error_of_attempt()
         if error is not None and engine is not None:
             failover = coordinator.failover
             if failover is not None and fit == engine.generation and failover.take(error):

@@ -23,8 +23,7 @@ from tensorflow.python.eager import cancellation
 __all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "initialized",
            "coordinator_of", "queue_of",
            "workers_of", "rebuild_resources", "refresh_cluster", "task_addresses",
-           "stop_cluster", "hook_worker",
-           "time_closures",
+           "stop_cluster", "hook_worker", "time_closures",
            "set_first_arg", "output_built",
            "remote_value_ready", "remote_values", "fetched_tensors", "set_remote_value",
            "wrap_remote_wait", "being_scheduled"]
