@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from tf_hetero import tfcompat
+from tf_hetero.strategies.runtime.errors import translate
 from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag, tag_of
 from tf_hetero.tfcompat import variables as tfvars
 
@@ -115,8 +116,8 @@ class AsyncSteps:
             try:
                 failover.take_copy(None)
             except Exception as e:  # pylint: disable=broad-except
-                if not failover.take(e):
-                    tfcompat.coordinator.queue_of(failover.coordinator).fail(e)
+                if not failover.take(e):  # the fit raises it, translated as every path is
+                    tfcompat.coordinator.queue_of(failover.coordinator).fail(translate(e))
                 return
             with self._steps:
                 self._since_copy = 0
