@@ -199,12 +199,11 @@ class Failover:
                   and not (job == "ps" and i in self.lost)]
         if not all(_listens(a) for a in others):
             return []  # at a later join
-        try:
-            tfcompat.coordinator.refresh_cluster(self.coordinator)
-        except tf.errors.OpError as e:
+        error = self._refresh_cluster_bounded(back)
+        if error is not None:
             print(f"[tf-hetero] PS {back} listen(s) again, but the cluster could not be "
-                  f"updated to reach it ({type(e).__name__}: {str(e)[:200]}); tried again at "
-                  "the next epoch's end.", flush=True)
+                  f"updated to reach it ({type(error).__name__}: {str(error)[:200]}); tried "
+                  "again at the next epoch's end.", flush=True)
             return []
         rejoined = []
         for p in back:
@@ -224,6 +223,31 @@ class Failover:
                   "stands by for the next failover (scale_ps can make it active again).",
                   flush=True)
         return rejoined
+
+    def _refresh_cluster_bounded(self, back: list) -> BaseException | None:
+        """:func:`tfcompat.coordinator.refresh_cluster` within ``detect_s``: TF's update has
+        no timeout, and a task that listens but never answers would hold ``join``. Returns
+        the ``OpError`` it raised, or None; past the bound, the clear error."""
+        done, raised = threading.Event(), []
+
+        def refresh():
+            try:
+                tfcompat.coordinator.refresh_cluster(self.coordinator)
+            except Exception as e:  # pylint: disable=broad-except
+                raised.append(e)
+            finally:
+                done.set()
+
+        threading.Thread(target=refresh, daemon=True, name="tf-hetero-rejoin").start()
+        if not done.wait(self.config.detect_s):
+            raise ParameterServerError(
+                f"PS {back} listen(s) again, but updating the cluster to reach it did not end "
+                f"within {self.config.detect_s:g} s (a task that accepts connections and does "
+                "not answer). Fix: restart the cluster and resume from the last checkpoint "
+                "(BackupAndRestore).")
+        if raised and not isinstance(raised[0], tf.errors.OpError):
+            raise raised[0]
+        return raised[0] if raised else None
 
     def take(self, error: BaseException) -> bool:
         """Whether the failover takes ``error`` (a closure's or an apply's): a PS failure
