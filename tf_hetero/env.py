@@ -28,7 +28,7 @@ from typing import Mapping, MutableMapping
 
 __all__ = ["TF_CONFIG", "PROFILE", "TF_LOGS", "CONNECT_TIMEOUT_S", "TF_CPP_MIN_LOG_LEVEL",
            "tf_config", "profile_spec", "tf_logs_wanted", "connect_timeout_s",
-           "tf_cpp_min_log_level", "copy", "set_var", "unset_var"]
+           "tf_cpp_min_log_level", "copy", "replace", "set_var", "unset_var"]
 
 TF_CONFIG = "TF_CONFIG"
 PROFILE = "TF_HETERO_PROFILE"
@@ -68,6 +68,13 @@ def tf_cpp_min_log_level(env: Mapping[str, str] | None = None) -> str | None:
 def copy() -> dict[str, str]:
     """This process's environment, to start another process with."""
     return dict(os.environ)
+
+
+def replace(env: Mapping[str, str]) -> None:
+    """Makes ``env`` this process's whole environment (a forked server's: the environment it
+    would have been started with)."""
+    os.environ.clear()
+    os.environ.update(env)
 
 
 def set_var(name: str, value: str, env: MutableMapping[str, str] | None = None) -> None:

@@ -75,13 +75,15 @@ def test_run_gives_program_chief_tf_config_and_profile_then_stops_everything(
     assert "slow=1:3" in report["profile"]
     pids = server_pids(str(tmp_path / "logs"))
     assert len(pids) == 3
-    _assert_all_gone(pids + [report["pid"]])
+    everything = server_pids(str(tmp_path / "logs"), forkserver=True)  # and the fork server
+    assert len(everything) == 4 and set(pids) < set(everything)
+    _assert_all_gone(everything + [report["pid"]])
 
 
 def test_run_returns_program_failure_code_and_stops_everything(tmp_path, program, quiet_env):
     proc = cli(*_run_args(tmp_path, program, "3"), env=quiet_env)
     assert proc.returncode == 3, proc.stderr[-2000:]
-    _assert_all_gone(server_pids(str(tmp_path / "logs")))
+    _assert_all_gone(server_pids(str(tmp_path / "logs"), forkserver=True))
 
 
 def test_run_on_sigint_stops_program_and_cluster(tmp_path, program, quiet_env):
@@ -99,7 +101,7 @@ def test_run_on_sigint_stops_program_and_cluster(tmp_path, program, quiet_env):
             launcher.kill()
     assert launcher.returncode == 130, out[-2000:]
     assert "cluster stopped" in out
-    _assert_all_gone(server_pids(str(tmp_path / "logs")) + [report["pid"]])
+    _assert_all_gone(server_pids(str(tmp_path / "logs"), forkserver=True) + [report["pid"]])
 
 
 def test_killed_launcher_leaves_no_process_behind(tmp_path, program, quiet_env):
@@ -114,7 +116,7 @@ def test_killed_launcher_leaves_no_process_behind(tmp_path, program, quiet_env):
     finally:
         if launcher.poll() is None:
             launcher.kill()
-    _assert_all_gone(server_pids(str(tmp_path / "logs")) + [report["pid"]])
+    _assert_all_gone(server_pids(str(tmp_path / "logs"), forkserver=True) + [report["pid"]])
 
 
 def test_run_without_program_is_a_usage_error(quiet_env):
@@ -196,7 +198,7 @@ def test_a_launched_server_imports_tensorflow_without_keras(quiet_env):
     """What ``tf-hetero launch`` does before a worker or ps imports TensorFlow: Keras stays
     out, and TensorFlow still imports and runs (a TensorFlow upgrade that needs Keras at
     import fails here)."""
-    code = ("import sys; from tf_hetero.tools import cli; cli._without_keras(); "
+    code = ("import sys; from tf_hetero.cluster import roles; roles.without_keras(); "
             "import tensorflow as tf; assert int(tf.constant(2) + 1) == 3; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'keras' "
             "and sys.modules[m] is not None))")
@@ -216,4 +218,4 @@ def test_example_trains_through_tf_config_launch(tmp_path, quiet_env):
     assert "epoch 1/1 done" in proc.stdout
     tasks = json.loads(proc.stdout.split("tasks per worker:")[1].splitlines()[0])
     assert sum(tasks) == 30 and tasks[0] > tasks[1]  # worker 1 is 2x slower
-    _assert_all_gone(server_pids(str(tmp_path / "logs")))
+    _assert_all_gone(server_pids(str(tmp_path / "logs"), forkserver=True))

@@ -87,10 +87,13 @@ def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
     return predicate()
 
 
-def server_pids(log_dir: str) -> list[int]:
-    """PIDs that the servers of a ``tf-hetero run --log-dir`` cluster printed at start."""
+def server_pids(log_dir: str, *, forkserver: bool = False) -> list[int]:
+    """PIDs that the servers of a ``tf-hetero run --log-dir`` cluster printed at start (and
+    its fork server's, given ``forkserver``: every process the cluster started)."""
+    pattern = r"(?:serving on \S+|fork server) \(pid (\d+)\)" if forkserver else \
+        r"serving on \S+ \(pid (\d+)\)"
     pids = []
     for name in sorted(os.listdir(log_dir)):
         with open(os.path.join(log_dir, name), errors="replace") as f:
-            pids += [int(m) for m in re.findall(r"serving on \S+ \(pid (\d+)\)", f.read())]
+            pids += [int(m) for m in re.findall(pattern, f.read())]
     return pids

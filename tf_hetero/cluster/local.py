@@ -1,9 +1,10 @@
 """A whole PS cluster on localhost: the ``torchrun`` of tf.distribute.
 
 :class:`LocalCluster` starts one ``tf.distribute.Server`` per worker and PS task, either as
-separate OS processes (``processes=True``, the default: each runs ``tf-hetero launch`` with its
-own ``TF_CONFIG``, exactly as on a real cluster) or inside the calling process
-(``processes=False``: quick, for notebooks). The calling process is the chief (coordinator).
+separate OS processes (``processes=True``, the default: each the server ``tf-hetero launch``
+runs, with its own ``TF_CONFIG``, exactly as on a real cluster; on Linux forked from one
+process that imported TensorFlow once, :mod:`~tf_hetero.cluster.forkserver`) or inside the
+calling process (``processes=False``: quick, for notebooks). The calling process is the chief (coordinator).
 
 >>> import tf_hetero, tensorflow as tf                         # doctest: +SKIP
 >>> with tf_hetero.LocalCluster(num_workers=4, num_ps=2, profile="slow=3:4") as cluster:
@@ -32,12 +33,14 @@ from typing import Mapping, Sequence
 
 from tf_hetero import env as _env, tflogs
 from tf_hetero.emulation.profile import PROFILE_ENV, Profile
+from tf_hetero.cluster import forkserver
 from tf_hetero.cluster.tf_config import make_tf_config, validate_cluster
 
 __all__ = ["LocalCluster", "ClusterStartError", "pick_ports", "listening"]
 
-#: Seconds a server process may take to listen on its port. Measured: ~3-6 s for a cold
-#: TensorFlow import on the 2-core dev machine, ~15 s with six processes starting at once.
+#: Seconds a server process (or the fork server) may take to listen on its port (to import
+#: TensorFlow). Measured on the 2-core dev machine: ~3-6 s for a cold TensorFlow import, ~15 s
+#: with six processes starting at once.
 DEFAULT_START_TIMEOUT_S = 120.0
 #: Seconds a server gets between SIGTERM and SIGKILL on teardown.
 STOP_GRACE_S = 5.0
@@ -135,8 +138,10 @@ class LocalCluster:
             "ps": addr[1 + num_workers:],
         }
         validate_cluster(self.cluster_spec)
-        self._procs: dict[tuple[str, int], subprocess.Popen] = {}
+        # Each server's process: a subprocess.Popen or a forkserver.ForkedProcess.
+        self._procs: dict[tuple[str, int], subprocess.Popen | forkserver.ForkedProcess] = {}
         self._servers: list = []  # in-process tf.distribute.Server objects
+        self._forker: forkserver.ForkServer | None = None
         self._started = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -160,6 +165,7 @@ class LocalCluster:
                 self.log_dir = tempfile.mkdtemp(prefix="tf_hetero_cluster_")
             os.makedirs(self.log_dir, exist_ok=True)
             try:
+                self._start_forkserver()
                 for role in ("ps", "worker"):
                     for i in range(len(self.cluster_spec[role])):
                         self._spawn(role, i)
@@ -189,6 +195,9 @@ class LocalCluster:
                 p.kill()
                 p.wait(timeout=STOP_GRACE_S)
         self._procs.clear()
+        if self._forker is not None:
+            self._forker.close(STOP_GRACE_S)
+            self._forker = None
         self._started = False
 
     def _detach_bounded(self) -> None:
@@ -281,7 +290,7 @@ class LocalCluster:
         self._spawn(role, index)
         self._wait_listening([(role, index)])
 
-    def _proc(self, role: str, index: int) -> subprocess.Popen:
+    def _proc(self, role: str, index: int):
         if not self.processes:
             raise RuntimeError("kill/restart need LocalCluster(processes=True): in-process "
                                "servers cannot be stopped.")
@@ -292,12 +301,35 @@ class LocalCluster:
                              f"{len(self.cluster_spec.get(role, []))} {role} tasks.") from None
 
     # ---------------------------------------------------------------- internals
-    def _spawn(self, role: str, index: int) -> None:
+    def _server_env(self) -> dict:
         env = tflogs.child_env(_env.copy())  # quiet unless TF_HETERO_TF_LOGS=1
-        env["TF_CONFIG"] = self.tf_config(role, index)
+        env.pop("TF_CONFIG", None)
         # Make the package importable in the child even when it is used from a source tree.
         pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root, env.get("PYTHONPATH")]))
+        return env
+
+    def _start_forkserver(self) -> None:
+        """The process every server of this cluster is forked from (Linux; elsewhere each
+        server is its own ``tf-hetero launch``, which imports TensorFlow itself)."""
+        if not forkserver.AVAILABLE:
+            return
+        self._forker = forkserver.ForkServer(
+            self._server_env(), os.path.join(self.log_dir, "forkserver.log"), spawn)
+        try:
+            self._forker.wait_ready(self.start_timeout)
+        except forkserver.ForkServerError as e:
+            raise ClusterStartError(str(e)) from None
+
+    def _spawn(self, role: str, index: int) -> None:
+        env = self._server_env()
+        env["TF_CONFIG"] = self.tf_config(role, index)
+        if self._forker is not None:
+            try:
+                self._procs[(role, index)] = self._forker.fork(env, self.log_path(role, index))
+            except forkserver.ForkServerError as e:
+                raise ClusterStartError(f"{role} {index} was not started: {e}") from None
+            return
         log = open(self.log_path(role, index), "ab")
         try:
             self._procs[(role, index)] = spawn(

@@ -66,6 +66,27 @@ def serve(config: TFConfig | None = None, *, stop_event: threading.Event | None 
     return 0
 
 
+def without_keras() -> None:
+    """Keeps Keras out of a server process that has not imported TensorFlow yet.
+    ``import tensorflow`` imports Keras 3's optimizers eagerly (registrations for Python code
+    that saves models), about a quarter of the import's CPU; a worker or PS server runs only
+    the functions the chief sends it and never uses them, and TensorFlow's import catches the
+    ``ImportError`` (docs/TF_INTERNALS.md, "What import tensorflow imports", with the
+    measured start-up). Only in ``tf-hetero launch``'s own process and the fork server
+    (:mod:`~tf_hetero.cluster.forkserver`), never in a program that serves through
+    :func:`run` (which may use Keras)."""
+    sys.modules.setdefault("keras", None)
+
+
+def exit_without_tf_teardown(code: int):
+    """Flushes and exits at once: a worker or PS task's TensorFlow teardown would wait on its
+    server, which TensorFlow cannot stop. (A chief needs no such exit: ``LocalCluster.stop``
+    detaches it from the servers before they stop.)"""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def cluster_resolver(config: TFConfig | None = None):
     """A ``TFConfigClusterResolver`` for this process, after validating ``TF_CONFIG``."""
     import tensorflow as tf

@@ -48,24 +48,16 @@ def _command(args) -> list[str]:
     return cmd
 
 
-def _exit_without_tf_teardown(code: int):
-    """Flushes and exits at once: a worker or PS task's TensorFlow teardown would wait on its
-    server, which TensorFlow cannot stop. (A chief needs no such exit: ``LocalCluster.stop``
-    detaches it from the servers before they stop.)"""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 def cmd_launch(args) -> int:
-    from tf_hetero.cluster.roles import serve_unless_chief
+    from tf_hetero.cluster.roles import (exit_without_tf_teardown, serve_unless_chief,
+                                         without_keras)
     from tf_hetero.cluster.tf_config import parse_tf_config
 
     config = parse_tf_config()
     if config.task.role in ("worker", "ps"):
-        _without_keras()
+        without_keras()
     # A TF server cannot be stopped: a worker or ps exits without TF's teardown.
-    if not serve_unless_chief(config, _exit_without_tf_teardown):
+    if not serve_unless_chief(config, exit_without_tf_teardown):
         return 0
     cmd = _command(args)
     if not cmd:
@@ -76,17 +68,6 @@ def cmd_launch(args) -> int:
     except FileNotFoundError:
         raise _UsageError(f"training program {cmd[0]!r} not found. Fix: give a command on PATH "
                           "or a path to an executable.") from None
-
-
-def _without_keras() -> None:
-    """Keeps Keras out of this server process. ``import tensorflow`` imports Keras 3's
-    optimizers eagerly (registrations for Python code that saves models), about a quarter of
-    the import's CPU; a worker or PS server runs only the functions the chief sends it and
-    never uses them, and TensorFlow's import catches the ``ImportError``
-    (docs/TF_INTERNALS.md, "What import tensorflow imports", with the measured start-up).
-    Only in ``tf-hetero launch``'s own process, never in a program that serves through
-    :func:`tf_hetero.run` (which may use Keras)."""
-    sys.modules.setdefault("keras", None)
 
 
 def cmd_run(args) -> int:
