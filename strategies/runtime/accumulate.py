@@ -339,7 +339,7 @@ class Accumulators:
         loss_scale = tfcompat.keras3.loss_scale(optimizer)
         skips = tfcompat.keras3.is_loss_scale_optimizer(optimizer)
 
-        @tf.function
+        @tf.function(autograph=False)
         def apply_fn(weights, expected, scale, max_norm):
             def step():
                 back = tf.constant(1.0) if loss_scale is None else tf.cast(loss_scale,

@@ -59,7 +59,7 @@ class ClosureDispatcher:
             buffers = [b for b in self.tracer.buffers if b.acc in accs]
             strategy = self.coordinator.strategy
 
-            @tf.function
+            @tf.function(autograph=False)
             def fn(code):
                 return strategy.run(lambda: tf.reduce_any(tf.stack([b.drain(code) for b in buffers])))
 
@@ -151,7 +151,7 @@ class ClosureDispatcher:
         t0 = time.monotonic()
         fns = [a.make_apply_fn(a.optimizer) for a in accumulators]
 
-        @tf.function
+        @tf.function(autograph=False)
         def fn(weights, expected, scale, max_norm):
             # Each: [micro-batches, gradient norm, units, lanes, mean_sq, lane_sq, loss,
             # skipped] (accumulate.GRADIENT_STATS). The accumulators share the round's
