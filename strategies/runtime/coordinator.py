@@ -168,6 +168,8 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         except Exception as e:  # pylint: disable=broad-except
             self.error_reached_user(e)
             raise translate(e) from e
+        if kind == "round":
+            self.dispatcher.task_submitted(source[0])  # the first round's apply traced ahead
         if self.config.tick_s:
             watchdog.ensure_ticker(self, self.config.tick_s)
         return remote_value

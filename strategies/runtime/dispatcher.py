@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -39,8 +40,10 @@ class ClosureDispatcher:
         self._apply_lock = threading.Lock()
         #: Each apply function traced: ``("at close", seconds)`` when a round's close traced
         #: it (that round's apply waited for it), ``("ahead", seconds)`` when
-        #: :meth:`prepare_applies` did, after a rebalancing move.
+        #: :meth:`prepare_applies` did (:meth:`task_submitted`, or a rebalancing move).
         self.apply_traces: list[tuple[str, float]] = []
+        # A step function -> its round tasks submitted, until its apply is traced ahead (-1).
+        self._ahead: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # -------------------------------------------------------------- Dispatcher
     def dispatch(self, task, worker, round_id):
@@ -175,12 +178,34 @@ class ClosureDispatcher:
         lanes = self.engine.num_lanes
         return np.zeros((lanes, 2), np.float32), np.full((lanes, 2), -2, np.int64)
 
+    def task_submitted(self, fn) -> None:
+        """After each round task of the step ``fn`` is submitted: once a round's worth of
+        them is queued (one per worker), traces the apply of the accumulators ``fn`` writes
+        on a thread of its own, while that first round's tasks run. The round's close then
+        finds its apply traced: the trace (~0.2 s here, docs/TF_INTERNALS.md "Where a fit's
+        first second goes") sat between the first round's close and its apply, so between
+        the first two rounds of every fit of a new model. A round that closes first traces
+        it itself, as before (``_apply_lock``)."""
+        count = self._ahead.get(fn, 0)
+        if count < 0:
+            return  # started already
+        if count + 1 < self.engine.num_workers:
+            self._ahead[fn] = count + 1
+            return
+        self._ahead[fn] = -1
+        written = set(self.tracer.accumulators_of.get(fn, ()))
+        key = tuple(a for a in self.tracer.accumulators if a in written)
+        if key and key not in self._apply_fns:
+            threading.Thread(target=self.prepare_applies, args=([key],), daemon=True,
+                             name="tf-hetero-prepare-apply").start()
+
     def prepare_applies(self, keys) -> None:
         """Traces the apply functions of ``keys`` (tuples of accumulators) that are not traced
-        yet. Run on a thread of its own after a rebalancing move, while the first round on
-        the new placement runs: that round's close then finds its apply traced instead of
-        tracing it (~0.3-0.4 s here) between its close and its apply. An error here is left
-        for the round's own trace to raise."""
+        yet. Run on a thread of its own while the first round of a new step
+        (:meth:`task_submitted`) or on a new placement (a rebalancing move) runs: that
+        round's close then finds its apply traced instead of tracing it (~0.2-0.4 s here)
+        between its close and its apply. An error here is left for the round's own trace to
+        raise."""
         args = _apply_args(*self._apply_arrays(), 1.0, 0.0)  # a trace reads shapes, dtypes
         for key in keys:
             with self._apply_lock:
