@@ -136,8 +136,12 @@ class ClosureDispatcher:
         for r in rounds:
             rnd = self.engine.rounds[r]
             for task in rnd.tasks + rnd.copies:
-                fn = tag_of(task.payload).source[0]
-                written.update(self.tracer.accumulators_of.get(fn, ()))
+                written.update(self.tracer.accumulators_of.get(tag_of(task.payload).source[0],
+                                                                ()))
+        return self._in_creation_order(written)
+
+    def _in_creation_order(self, written) -> tuple:
+        """The accumulators in ``written``, in creation order: the key of their apply."""
         return tuple(a for a in self.tracer.accumulators if a in written)
 
     def _round_apply_fn(self, accumulators: tuple, args: tuple):
@@ -193,8 +197,7 @@ class ClosureDispatcher:
             self._ahead[fn] = count + 1
             return
         self._ahead[fn] = -1
-        written = set(self.tracer.accumulators_of.get(fn, ()))
-        key = tuple(a for a in self.tracer.accumulators if a in written)
+        key = self._in_creation_order(set(self.tracer.accumulators_of.get(fn, ())))
         if key and key not in self._apply_fns:
             threading.Thread(target=self.prepare_applies, args=([key],), daemon=True,
                              name="tf-hetero-prepare-apply").start()

@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_hetero import tfcompat
-from tf_hetero.cluster.local import listening
+from tf_hetero.cluster.reach import answers, call_bounded
 from tf_hetero.policies import failover as policy
 from tf_hetero.policies.placement import ps_index
 from tf_hetero.strategies.runtime.errors import ParameterServerError, is_ps_failure
@@ -228,26 +228,18 @@ class Failover:
         """:func:`tfcompat.coordinator.refresh_cluster` within ``detect_s``: TF's update has
         no timeout, and a task that listens but never answers would hold ``join``. Returns
         the ``OpError`` it raised, or None; past the bound, the clear error."""
-        done, raised = threading.Event(), []
-
-        def refresh():
-            try:
-                tfcompat.coordinator.refresh_cluster(self.coordinator)
-            except Exception as e:  # pylint: disable=broad-except
-                raised.append(e)
-            finally:
-                done.set()
-
-        threading.Thread(target=refresh, daemon=True, name="tf-hetero-rejoin").start()
-        if not done.wait(self.config.detect_s):
+        ended, error = call_bounded(
+            lambda: tfcompat.coordinator.refresh_cluster(self.coordinator),
+            self.config.detect_s, "tf-hetero-rejoin")
+        if not ended:
             raise ParameterServerError(
                 f"PS {back} listen(s) again, but updating the cluster to reach it did not end "
                 f"within {self.config.detect_s:g} s (a task that accepts connections and does "
                 "not answer). Fix: restart the cluster and resume from the last checkpoint "
                 "(BackupAndRestore).")
-        if raised and not isinstance(raised[0], tf.errors.OpError):
-            raise raised[0]
-        return raised[0] if raised else None
+        if error is not None and not isinstance(error, tf.errors.OpError):
+            raise error
+        return error
 
     def take(self, error: BaseException) -> bool:
         """Whether the failover takes ``error`` (a closure's or an apply's): a PS failure
@@ -485,6 +477,5 @@ def _steps_lost(rolled_back: int) -> str:
 
 
 def _listens(address: str) -> bool:
-    """Whether ``host:port`` accepts TCP connections."""
-    host, port = address.rsplit(":", 1)
-    return listening(host, int(port))
+    """Whether ``host:port`` accepts TCP connections (0.5 s bound, as a server's start)."""
+    return answers(address, timeout_s=0.5)

@@ -34,7 +34,7 @@ import traceback
 
 from tf_hetero import env as _env
 
-__all__ = ["ForkServer", "ForkServerError", "AVAILABLE"]
+__all__ = ["ForkServer", "ForkServerError", "AVAILABLE", "set_death_signal", "log_tail"]
 
 #: Forking needs PR_SET_PDEATHSIG (a server must die with the fork server) and fork itself.
 AVAILABLE = sys.platform.startswith("linux")
@@ -60,8 +60,18 @@ def set_death_signal(sig: int) -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # 1: PR_SET_PDEATHSIG
 
 
+def log_tail(path: str, lines: int = 15) -> str:
+    """The last ``lines`` lines of a log file (for an error message)."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
 class ForkServer:
-    """One fork server: ``start(env, log_path, spawn)``, then :meth:`fork` per server.
+    """One fork server: started by the constructor; :meth:`wait_ready`, then :meth:`fork`
+    per server.
 
     Args:
       env: the environment the servers get (each :meth:`fork` adds its own ``TF_CONFIG``); the
@@ -148,13 +158,9 @@ class ForkServer:
         return reply
 
     def _error(self, what: str) -> ForkServerError:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                tail = "".join(f.readlines()[-15:])
-        except OSError:
-            tail = "(no log)"
         return ForkServerError(f"the fork server of this cluster (pid {self._proc.pid}) {what}. "
-                               f"Its log ({self.log_path}) ends with:\n{tail}")
+                               f"Its log ({self.log_path}) ends with:\n"
+                               + log_tail(self.log_path))
 
 
 def _gone_code(pid: int) -> int | None:
@@ -269,7 +275,6 @@ def _become_server(request: dict, replies) -> None:  # pragma: no cover - in a f
         os.close(null)
         os.close(log)
         _env.replace(request["env"])
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         code = roles.serve(roles.parse_tf_config())
     except BaseException:  # pylint: disable=broad-except
         traceback.print_exc()

@@ -20,7 +20,6 @@ process exits.
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
 import os
 import signal
 import socket
@@ -34,6 +33,7 @@ from typing import Mapping, Sequence
 from tf_hetero import env as _env, tflogs
 from tf_hetero.emulation.profile import PROFILE_ENV, Profile
 from tf_hetero.cluster import forkserver
+from tf_hetero.cluster.reach import call_bounded
 from tf_hetero.cluster.tf_config import make_tf_config, validate_cluster
 
 __all__ = ["LocalCluster", "ClusterStartError", "pick_ports", "listening"]
@@ -66,9 +66,7 @@ def pick_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 
 def die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    PR_SET_PDEATHSIG = 1
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    forkserver.set_death_signal(signal.SIGTERM)
 
 
 _spawner: concurrent.futures.ThreadPoolExecutor | None = None
@@ -205,25 +203,13 @@ class LocalCluster:
         to close its context, without a timeout; once, at the end of a 12-row bench, it
         took ~4 minutes (two servers still busy). After ``DETACH_TIMEOUT_S`` the servers are
         stopped anyway (at worst, TensorFlow logs a failed remote function removal at exit)."""
-        import threading
-
-        errors: list[BaseException] = []
-
-        def detach():
-            try:
-                self._detach()
-            except BaseException as e:  # pylint: disable=broad-except
-                errors.append(e)
-
-        thread = threading.Thread(target=detach, daemon=True, name="tf-hetero-detach")
-        thread.start()
-        thread.join(DETACH_TIMEOUT_S)
-        if thread.is_alive():
+        ended, error = call_bounded(self._detach, DETACH_TIMEOUT_S, "tf-hetero-detach")
+        if not ended:
             print(f"[tf-hetero] LocalCluster.stop: closing the remote contexts took more than "
                   f"{DETACH_TIMEOUT_S:.0f} s (a task did not answer); stopping the servers "
                   "anyway.", file=sys.stderr, flush=True)
-        elif errors:
-            raise errors[0]
+        elif error is not None:
+            raise error
 
     def _detach(self) -> None:
         """Makes this process's eager context local-only when it is connected to this cluster.
@@ -361,12 +347,8 @@ class LocalCluster:
                     f"({self.log_path(role, index)}), which ends with:\n" + self._log_tail(role, index))
             time.sleep(0.1)
 
-    def _log_tail(self, role: str, index: int, lines: int = 15) -> str:
-        try:
-            with open(self.log_path(role, index), errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return "(no log)"
+    def _log_tail(self, role: str, index: int) -> str:
+        return forkserver.log_tail(self.log_path(role, index))
 
     def _start_in_process(self) -> None:
         import tensorflow as tf

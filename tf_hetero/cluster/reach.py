@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import time
 from typing import Mapping, Sequence
 
 from tf_hetero import env as _env
 
 __all__ = ["wait_for_cluster", "ClusterUnreachableError", "connect_timeout",
-           "DEFAULT_CONNECT_TIMEOUT_S", "CONNECT_TIMEOUT_ENV"]
+           "DEFAULT_CONNECT_TIMEOUT_S", "CONNECT_TIMEOUT_ENV", "answers", "call_bounded"]
 
 #: Seconds a strategy waits for the cluster's servers before giving up (a cold start of six
 #: server processes is ~15 s on the 2-core dev machine; Kubernetes pods can take minutes).
@@ -68,13 +69,35 @@ def connect_timeout(value: float | None, who: str) -> float:
     return seconds
 
 
-def _answers(address: str) -> bool:
+def answers(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within ``timeout_s``."""
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
             return True
     except (OSError, ValueError):
         return False
+
+
+def call_bounded(fn, timeout_s: float, name: str) -> tuple[bool, BaseException | None]:
+    """Calls ``fn()`` on a daemon thread named ``name`` and waits for it at most
+    ``timeout_s``: ``(ended, error)``, ``error`` what ``fn`` raised (None when it returned or
+    has not ended). For TensorFlow calls without a timeout of their own
+    (``update_server_def`` waits for every task to answer); past the bound the thread is
+    left to end by itself."""
+    raised: list[BaseException] = []
+
+    def call():
+        try:
+            fn()
+        except BaseException as e:  # pylint: disable=broad-except
+            raised.append(e)
+
+    thread = threading.Thread(target=call, daemon=True, name=name)
+    thread.start()
+    thread.join(timeout_s)
+    ended = not thread.is_alive()
+    return ended, (raised[0] if ended and raised else None)
 
 
 def wait_for_cluster(cluster: Mapping[str, Sequence[str]] | object, timeout_s: float,
@@ -98,7 +121,7 @@ def wait_for_cluster(cluster: Mapping[str, Sequence[str]] | object, timeout_s: f
     next_report = start + report_every_s
     pending = tasks
     while True:
-        pending = [t for t in pending if not _answers(t[2])]
+        pending = [t for t in pending if not answers(t[2])]
         if not pending:
             return
         now = time.monotonic()

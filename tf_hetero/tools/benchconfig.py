@@ -136,7 +136,8 @@ def split_row(spec: str) -> RowSpec:
     ``+keras3`` trains the row's model with Keras 3 (``import keras``, on the cluster through
     :func:`tf_hetero.keras3.enable`) instead of tf_keras: ``bsp,bsp+keras3`` runs BSP under
     both side by side; ``+failover`` turns on PS failover (its copies' cost, beside the row
-    without), ``+failoverN`` with a copy every N applied rounds (``set_failover(N)``). ``#COPY`` (a number) makes another row of the same settings:
+    without), ``+failoverN`` with a copy every N applied rounds (``set_failover(N)``).
+    ``#COPY`` (a number) makes another row of the same settings:
     ``hps,hps#2`` runs H-PS twice side by side, a control row whose spread says how large a
     difference between rows of one run is noise (docs/MEASUREMENT.md).
 
@@ -162,8 +163,9 @@ def split_row(spec: str) -> RowSpec:
         raise ValueError(f"bench row {spec!r}: copy {copy!r} is not a number. Fix: NAME#2 for "
                          "a second row of NAME.")
     head, *suffixes = settings.split("+")
-    every = [_rounds_between_copies(x) for x in suffixes if _rounds_between_copies(x)]
-    suffixes = ["failover" if _rounds_between_copies(x) else x for x in suffixes]
+    parsed = [(_rounds_between_copies(x), x) for x in suffixes]
+    every = [n for n, _ in parsed if n]
+    suffixes = ["failover" if n else x for n, x in parsed]
     for suffix in suffixes:
         if suffix not in ROW_SUFFIXES or suffixes.count(suffix) > 1:
             raise ValueError(f"bench row {spec!r}: suffix '+{suffix}' is unknown. Fix: "
