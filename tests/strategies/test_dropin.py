@@ -553,14 +553,19 @@ def test_workers_read_their_shard_or_the_whole_set_in_an_order_of_their_own(clus
         return tf.concat([tf.reshape(worker, [1]), tf.reshape(x, [-1])], 0)
 
     seen = {}
-    for _ in range(20):  # until every worker has handed back its first batch
-        # A burst of 2N closures, not one at a time: one closure alone goes to whichever
-        # worker thread wakes first, and CI once saw worker 2 take none of 60 in a row.
+    # Until every worker has handed back its first batch, for at most 120 s. Bursts of 2N
+    # closures, not one at a time: one closure alone goes to whichever worker thread wakes
+    # first (CI once saw worker 2 take none of 60 in a row). A count of bursts is no bound
+    # either: a worker still busy creating its iterator (its executor behind an earlier
+    # test's cleanup on this shared cluster) takes no closure while the others take 20
+    # bursts in a second or two (CI at 92d9bea saw worker 0 take none of 120).
+    deadline = time.monotonic() + 120
+    while len(seen) < N and time.monotonic() < deadline:
         burst = [coordinator.schedule(first_batch, args=(iterator,)) for _ in range(2 * N)]
         for got in (r.fetch() for r in burst):
             seen.setdefault(int(got[0]), [int(v) for v in got[1:]])
-        if len(seen) == N:
-            break
+        if len(seen) < N:
+            time.sleep(0.05)  # give a busy worker's thread its turn at the queue
     assert sorted(seen) == list(range(N)), seen
     if per_worker == "shard":
         assert all(v % N == w for w, batch in seen.items() for v in batch), seen
