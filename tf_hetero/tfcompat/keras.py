@@ -20,7 +20,7 @@ import numpy as np
 from tf_hetero.patching import wrap_once
 
 __all__ = ["wrap_data_handler", "handler_plan", "cache_steps_per_execution", "wrap_train_begin",
-           "optimizer_classes", "lr_schedule", "calling_fit", "fit_running"]
+           "optimizer_classes", "build_optimizer", "lr_schedule", "calling_fit", "fit_running"]
 
 # pylint: disable=protected-access
 
@@ -97,6 +97,33 @@ def optimizer_classes() -> list[type]:
     from tf_keras.src.optimizers.legacy import optimizer_v2
 
     return [new_opt.Optimizer, optimizer_v2.OptimizerV2]
+
+
+def build_optimizer(optimizer, variables) -> bool:
+    """Creates a tf_keras optimizer's variables for ``variables`` (its slots: momentum and
+    the like) now, as its ``apply_gradients`` does on its first call: under the optimizer's
+    name scope, lifted out of any graph (tk/optimizers/optimizer.py ~713; ``build`` does
+    nothing once built). Call it under the strategy's scope, where the apply runs.
+
+    Why: a ``tf.function`` whose first trace creates variables is traced a second time
+    before it can run (the trace that must not create any), so an apply traced with an
+    unbuilt optimizer is traced twice (docs/TF_INTERNALS.md, "Where a fit's first second
+    goes"). Returns whether it built: only the new optimizer (tk/optimizers/optimizer.py);
+    a legacy ``OptimizerV2`` (its ``_create_all_weights`` is private) and a
+    ``LossScaleOptimizer`` (a wrapper whose inner optimizer builds in its own
+    ``apply_gradients``) keep building lazily, inside the trace, as before.
+    """
+    import tensorflow as tf
+    from tf_keras.src.mixed_precision.loss_scale_optimizer import BaseLossScaleOptimizer
+    from tf_keras.src.optimizers import optimizer as new_opt
+
+    if (not isinstance(optimizer, new_opt.Optimizer)
+            or isinstance(optimizer, BaseLossScaleOptimizer)):
+        return False
+    with tf.name_scope(optimizer.name or "optimizer"):
+        with tf.init_scope():
+            optimizer.build(list(variables))
+    return True
 
 
 def lr_schedule(optimizer):

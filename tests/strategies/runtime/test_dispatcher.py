@@ -21,7 +21,11 @@ def test_the_first_rounds_apply_is_traced_while_that_round_runs(cluster, name):
     between that close and its apply ("at close", as before; the test fails so without
     :meth:`ClosureDispatcher.task_submitted`). Each task here takes 400 ms of emulated device
     time, so that the round cannot close before the trace has started. The fit is the same:
-    every round applied, the weights moved and finite."""
+    every round applied, the weights moved and finite.
+
+    The optimizer (SGD with momentum: a slot per variable) is built before the apply's
+    trace, so that the trace creates no variable and its update is traced once (twice
+    without ``tfcompat.keras.build_optimizer``)."""
     import tf_keras as keras
 
     import tf_hetero
@@ -36,6 +40,8 @@ def test_the_first_rounds_apply_is_traced_while_that_round_runs(cluster, name):
               steps_per_epoch=2 * N, verbose=0)
     traces = [when for when, _ in strategy.coordinator.dispatcher.apply_traces]
     assert traces == ["ahead"], traces
+    assert strategy.coordinator.dispatcher.update_traces == [1]
+    assert len(model.optimizer.variables) == 1 + len(model.trainable_variables)  # + momenta
     assert int(model.optimizer.iterations.numpy()) == 2  # two rounds of N tasks
     after = model.get_weights()
     assert all(np.isfinite(w).all() for w in after)
