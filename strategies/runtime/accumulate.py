@@ -123,25 +123,25 @@ class Accumulators:
         with contextlib.nullcontext() if inside else strategy.scope():
             for v in self.variables:
                 with strategy.extended.colocate_vars_with(v):
-                    self.acc.append(tf.Variable(
+                    self.acc.append(_made_aside(
                         tf.zeros([2, num_lanes] + v.shape.as_list(), v.dtype),
                         trainable=False, name=_clean(v.name) + "/tf_hetero_acc",
                         aggregation=tf.VariableAggregation.NONE))
             with strategy.extended.colocate_vars_with(self.variables[0]):
-                self.tags = tf.Variable(tf.fill([num_lanes, 2], tf.constant(-1, tf.int64)),
+                self.tags = _made_aside(tf.fill([num_lanes, 2], tf.constant(-1, tf.int64)),
                                         trainable=False, name="tf_hetero_acc_tags")
-                self.counts = tf.Variable(tf.zeros([num_lanes, 2], tf.int64),
+                self.counts = _made_aside(tf.zeros([num_lanes, 2], tf.int64),
                                           trainable=False, name="tf_hetero_acc_counts")
                 # Sparse mode: a lane's generation, + 1 on each fresh (overwriting) write;
                 # a row counts in the lane if its row tag equals it.
-                self.gens = tf.Variable(tf.zeros([num_lanes, 2], tf.int64), trainable=False,
+                self.gens = _made_aside(tf.zeros([num_lanes, 2], tf.int64), trainable=False,
                                         name="tf_hetero_acc_gens")
                 # The lane's summed training loss (loss x micro-batches; NaN: a write that
                 # brought none), beside its count: the round's mean loss.
-                self.losses = tf.Variable(tf.zeros([num_lanes, 2], tf.float64),
+                self.losses = _made_aside(tf.zeros([num_lanes, 2], tf.float64),
                                           trainable=False, name="tf_hetero_acc_losses")
                 # [writes, bytes]: what the writes brought to the PS (see `traffic`).
-                self.received = tf.Variable(tf.zeros([2], tf.int64), trainable=False,
+                self.received = _made_aside(tf.zeros([2], tf.int64), trainable=False,
                                             name="tf_hetero_acc_received")
         #: Dense figure: every variable's full size (a sparse write moves less, `traffic`).
         self.bytes_per_push = sum(v.shape.num_elements() * v.dtype.size for v in self.variables)
@@ -182,7 +182,7 @@ class Accumulators:
                           and tf.distribute.get_strategy() is self.strategy)
                 with contextlib.nullcontext() if inside else self.strategy.scope():
                     with self.strategy.extended.colocate_vars_with(v):
-                        self.rows[i] = tf.Variable(
+                        self.rows[i] = _made_aside(
                             tf.fill([2, self.num_lanes, v.shape[0]],
                                     tf.constant(-1, tf.int64)),
                             trainable=False, name=_clean(v.name) + "/tf_hetero_acc_rows",
@@ -483,6 +483,15 @@ def unique_rows(g: tf.IndexedSlices, n) -> tf.IndexedSlices:
     values = tf.math.unsorted_segment_sum(g.values, position,
                                           tf.shape(indices, out_type=tf.int64)[0])
     return tf.IndexedSlices(weigh(values, n), indices, g.dense_shape)
+
+
+def _made_aside(initial_value, **kwargs) -> tf.Variable:
+    """A ``tf.Variable`` (made under ``tf.init_scope``, often while a task is traced) that
+    the trace does not count as its own: a ``tf.function`` whose first trace creates
+    variables is traced a second time before it can run (docs/TF_INTERNALS.md, "Where a
+    fit's first second goes"), and a step's first trace is where its accumulators are
+    found and made. Lifting out of the graph is what ``tf.init_scope`` already does here."""
+    return tf.Variable(initial_value, experimental_enable_variable_lifting=False, **kwargs)
 
 
 def _column(t: tf.Tensor, extra: int) -> tf.Tensor:

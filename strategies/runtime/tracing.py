@@ -104,13 +104,23 @@ class StepTracer:
         if python_fn is None:
             self._refuse_direct_writes(fn, concrete_writes(fn))
             return StepEntry(None, is_train=False)
+        applied = []  # (optimizer, variables) of each apply_gradients, in call order
+
         def note_optimizer(optimizer, variables):
             if not any(o is optimizer for o in self.optimizers):
                 self.optimizers.append(optimizer)
+            applied.append((optimizer, list(variables)))
             return _NullAccumulators()
 
         record, keep = self._trace_once(python_fn, args, kwargs, note_optimizer)
         self._refuse_direct_writes(fn, record.get("writes", ()))
+        # The step's optimizers are built now, as their first apply_gradients would (in call
+        # order: the same variables), so that the step's own first trace creates no slot
+        # variable and is traced once, not twice (TF_INTERNALS.md, "Where a fit's first
+        # second goes").
+        with self.strategy.scope():
+            for optimizer, variables in applied:
+                tfcompat.keras.build_optimizer(optimizer, variables)
         if record.get("calls", 0):
             self.monitor.bytes_per_push = record["bytes"]
         return StepEntry(None, is_train=record.get("calls", 0) > 0, keep=keep)
