@@ -85,6 +85,34 @@ def test_a_fork_server_with_a_second_thread_refuses_with_a_clear_error(tmp_path,
     monkeypatch.setattr(local, "spawn", spawn)
     c = LocalCluster(1, 1, log_dir=str(tmp_path))
     with pytest.raises(ClusterStartError, match=r"2 threads after import tensorflow.*"
-                                               r"forking one is unsafe"):
+                                               r"forking one is unsafe.*fork=False"):
         c.start()
     assert c.role_pids() == {} and c._forker is None  # pylint: disable=protected-access
+
+
+def test_fork_false_starts_each_server_as_its_own_launch(tmp_path):
+    """``fork=False``: each server is a ``tf-hetero launch`` child of this process that
+    imports TensorFlow itself (the way outside Linux), and it serves."""
+    from tf_hetero import LocalCluster
+
+    c = LocalCluster(1, 1, fork=False, log_dir=str(tmp_path)).start()
+    try:
+        assert c._forker is None  # pylint: disable=protected-access
+        pids = c.role_pids()
+        assert len(pids) == 2 and {parent_of(pid) for pid in pids.values()} == {os.getpid()}
+        for role, index in pids:
+            with open(c.log_path(role, index)) as f:
+                assert f"{role} {index} serving on" in f.read()
+    finally:
+        c.stop()
+    assert c.role_pids() == {}
+
+
+def test_fork_true_where_forking_is_not_available_is_refused(monkeypatch):
+    from tf_hetero import LocalCluster
+    from tf_hetero.cluster import forkserver
+
+    monkeypatch.setattr(forkserver, "AVAILABLE", False)
+    with pytest.raises(ValueError, match=r"LocalCluster\(fork=True\).*needs Linux.*fork=False"):
+        LocalCluster(1, 1, fork=True)
+    assert LocalCluster(1, 1).fork is False  # the default follows availability

@@ -224,8 +224,11 @@ def _serve_requests() -> None:  # pragma: no cover - runs in the fork server's p
     if len(threads) != 1:
         names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in threads)
         replies.write(encode({"error": f"{len(threads)} threads after import tensorflow "
-                                       f"({names}); forking one is unsafe. Fix: report it; "
-                                       "the servers cannot be forked with this TensorFlow"}))
+                                       f"({names}); forking one is unsafe. Fix: remove what "
+                                       "starts a thread when tensorflow is imported in the "
+                                       "servers' environment (a sitecustomize, an import "
+                                       "hook, a BLAS pool: *_NUM_THREADS=1), or start each "
+                                       "server on its own: LocalCluster(..., fork=False)"}))
         return
     print(f"tf-hetero: fork server (pid {os.getpid()}) imported TensorFlow; forking this "
           "cluster's servers", file=sys.stderr, flush=True)
