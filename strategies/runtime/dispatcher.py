@@ -43,8 +43,9 @@ class ClosureDispatcher:
         #: :meth:`prepare_applies` did (:meth:`task_submitted`, or a rebalancing move).
         self.apply_traces: list[tuple[str, float]] = []
         #: Each apply function traced: how many times its optimizer updates were traced
-        #: (one per accumulator set when their optimizers were built before, the usual;
-        #: two when an optimizer created its variables inside the trace).
+        #: (one per accumulator set when their optimizers were built before, as the step's
+        #: entry builds a tf_keras optimizer, tracing.py; two when an optimizer created
+        #: its variables inside the trace).
         self.update_traces: list[int] = []
         # A step function -> its round tasks submitted, until its apply is traced ahead (-1).
         self._ahead: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -160,11 +161,6 @@ class ClosureDispatcher:
     def _trace_apply(self, accumulators: tuple, args: tuple, when: str):
         """Traces the apply of ``accumulators`` (caller holds ``_apply_lock``)."""
         t0 = time.monotonic()
-        # The optimizers' variables are made before the trace, so that it creates none and
-        # is traced once, not twice (~0.1 s of a new model's first fit: TF_INTERNALS.md).
-        with self.coordinator.strategy.scope():
-            for a in accumulators:
-                tfcompat.keras.build_optimizer(a.optimizer, a.variables)
         fns = [a.make_apply_fn(a.optimizer) for a in accumulators]
 
         @tf.function(autograph=False)

@@ -38,12 +38,17 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
       code: the int64 task-code tensor (:func:`~tf_hetero.strategies.runtime.taskcode.task_code`) of the function being traced.
 
     Yields a dict whose ``"calls"`` entry counts the intercepted ``apply_gradients`` calls
-    (0 means the traced function is not a training step) and ``"bytes"`` the size of the
-    gradients one call pushes.
+    (0 means the traced function is not a training step), ``"bytes"`` the size of the
+    gradients one call pushes and ``"applied"`` each tf_keras ``apply_gradients`` call's
+    ``(optimizer, variables)``, in call order.
     """
-    record = {"calls": 0, "bytes": 0, "writes": [], "loss": None}
+    record = {"calls": 0, "bytes": 0, "writes": [], "loss": None, "applied": []}
 
     def apply_gradients(self, grads_and_vars, name=None, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        # Every variable passed, None gradients included: what the optimizer's own first
+        # apply_gradients would build its slots for (tfcompat.keras.build_optimizer).
+        record["applied"].append((self, [v for _, v in grads_and_vars]))
         return accumulate(self, [(g, v) for g, v in grads_and_vars if g is not None])
 
     def apply(self, grads, trainable_variables=None):  # Keras 3's BaseOptimizer.apply

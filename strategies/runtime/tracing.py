@@ -104,23 +104,14 @@ class StepTracer:
         if python_fn is None:
             self._refuse_direct_writes(fn, concrete_writes(fn))
             return StepEntry(None, is_train=False)
-        applied = []  # (optimizer, variables) of each apply_gradients, in call order
-
         def note_optimizer(optimizer, variables):
             if not any(o is optimizer for o in self.optimizers):
                 self.optimizers.append(optimizer)
-            applied.append((optimizer, list(variables)))
             return _NullAccumulators()
 
         record, keep = self._trace_once(python_fn, args, kwargs, note_optimizer)
         self._refuse_direct_writes(fn, record.get("writes", ()))
-        # The step's optimizers are built now, as their first apply_gradients would (in call
-        # order: the same variables), so that the step's own first trace creates no slot
-        # variable and is traced once, not twice (TF_INTERNALS.md, "Where a fit's first
-        # second goes").
-        with self.strategy.scope():
-            for optimizer, variables in applied:
-                tfcompat.keras.build_optimizer(optimizer, variables)
+        self._build_optimizers(record)  # before the step's own trace: traced once
         if record.get("calls", 0):
             self.monitor.bytes_per_push = record["bytes"]
         return StepEntry(None, is_train=record.get("calls", 0) > 0, keep=keep)
@@ -158,6 +149,7 @@ class StepTracer:
         keep = self.coordinator.closure(accumulate_fn, (self.coordinator.code_tensor(NO_ROUND),)
                                         + tuple(args), kwargs)
         self._refuse_direct_writes(fn, record.get("writes", ()))
+        self._build_optimizers(record)  # on every variable passed, before the apply's trace
         accs = tuple(dict.fromkeys(written))
         self.accumulators_of[accumulate_fn] = accs
         step_fn = None
@@ -166,6 +158,18 @@ class StepTracer:
 
         return StepEntry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep,
                          accumulators=accs, step_fn=step_fn)
+
+    def _build_optimizers(self, record) -> None:
+        """Builds the tf_keras optimizers a step's trace saw, as their own first
+        ``apply_gradients`` would: in call order, on every variable each call was passed
+        (those without a gradient included). Made here, their slots are made by no trace:
+        a ``tf.function`` whose first trace creates variables is traced twice
+        (TF_INTERNALS.md, "Where a fit's first second goes"), and the round's apply, whose
+        own build sees only the variables with a gradient, finds the optimizer built as a
+        stock step would have built it."""
+        with self.strategy.scope():
+            for optimizer, variables in record.get("applied", ()):
+                tfcompat.keras.build_optimizer(optimizer, variables)
 
     def _refuse_direct_writes(self, fn, writes) -> None:
         """A step that updates trainable variables itself would run asynchronously, as under

@@ -24,8 +24,8 @@ def test_the_first_rounds_apply_is_traced_while_that_round_runs(cluster, name):
     every round applied, the weights moved and finite.
 
     The optimizer (SGD with momentum: a slot per variable) is built before the apply's
-    trace, so that the trace creates no variable and its update is traced once (twice
-    without ``tfcompat.keras.build_optimizer``)."""
+    trace (by the step's entry, ``StepTracer._build_optimizers``), so that the trace
+    creates no variable and its update is traced once (twice without it)."""
     import tf_keras as keras
 
     import tf_hetero

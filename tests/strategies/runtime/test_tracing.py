@@ -43,3 +43,34 @@ def test_a_new_models_step_is_traced_once(cluster, name):
     after = model.get_weights()
     assert all(np.isfinite(w).all() for w in after)
     assert any(np.abs(a - b).sum() > 0 for a, b in zip(after, before))
+
+
+@pytest.mark.parametrize("name", ["asp", "bsp"])
+def test_the_steps_optimizer_is_built_on_every_variable_it_is_passed(cluster, name):
+    """The optimizer is built as its own first ``apply_gradients`` builds it: on every
+    variable the step passes, those without a gradient included (a layer the model does
+    not use yet), so a later step that trains that layer finds its slot (stock PSS's
+    behaviour; built on the gradients' variables only, the unused kernel and bias would
+    have none: under BSP, the round's apply passes only those)."""
+    import tf_keras as keras
+
+    class Model(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.used = keras.layers.Dense(small.CLASSES)
+            self.unused = keras.layers.Dense(2)
+            self.unused.build((None, 4))
+
+        def call(self, x):
+            return self.used(x)
+
+    strategy = registry.make(name, cluster.resolver)
+    with strategy.scope():
+        model = Model()
+        model.build((None, small.FEATURES))
+        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), small.loss())
+    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(B)), epochs=1,
+              steps_per_epoch=N, verbose=0)
+    assert len(model.trainable_variables) == 4
+    momenta = len(model.optimizer.variables) - 1  # all but iterations
+    assert momenta == 4, [v.name for v in model.optimizer.variables]
