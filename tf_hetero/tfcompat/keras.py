@@ -106,12 +106,13 @@ def build_optimizer(optimizer, variables) -> bool:
     nothing once built). Call it under the strategy's scope, where the apply runs.
 
     Why: a ``tf.function`` whose first trace creates variables is traced a second time
-    before it can run (the trace that must not create any), so an apply traced with an
-    unbuilt optimizer is traced twice (docs/TF_INTERNALS.md, "Where a fit's first second
-    goes"). Returns whether it built: only the new optimizer (tk/optimizers/optimizer.py);
-    a legacy ``OptimizerV2`` (its ``_create_all_weights`` is private) and a
+    before it can run (the trace that must not create any), so a step or an apply traced
+    with an unbuilt optimizer is traced twice (docs/TF_INTERNALS.md, "Where a fit's first
+    second goes"). Returns ``False`` for the optimizers it leaves to build themselves,
+    inside the trace, as before: all but the new one (tk/optimizers/optimizer.py), i.e. a
+    legacy ``OptimizerV2`` (its ``_create_all_weights`` is private) and a
     ``LossScaleOptimizer`` (a wrapper whose inner optimizer builds in its own
-    ``apply_gradients``) keep building lazily, inside the trace, as before.
+    ``apply_gradients``).
     """
     import tensorflow as tf
     from tf_keras.src.mixed_precision.loss_scale_optimizer import BaseLossScaleOptimizer
