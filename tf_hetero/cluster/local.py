@@ -22,7 +22,6 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from typing import Mapping, Sequence
 from tf_hetero import env as _env, tflogs
 from tf_hetero.emulation.profile import PROFILE_ENV, Profile
 from tf_hetero.cluster import forkserver
-from tf_hetero.cluster.reach import call_bounded
+from tf_hetero.cluster.reach import answers, call_bounded
 from tf_hetero.cluster.tf_config import make_tf_config, validate_cluster
 
 __all__ = ["LocalCluster", "ClusterStartError", "pick_ports", "listening"]
@@ -90,9 +89,7 @@ def spawn(*args, **kwargs) -> subprocess.Popen:
 
 def listening(host: str, port: int) -> bool:
     """Whether a process accepts TCP connections on ``host:port`` (0.5 s bound)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
+    return answers(f"{host}:{port}", timeout_s=0.5)
 
 
 class LocalCluster:
