@@ -98,8 +98,12 @@ class ClosureCache:
             return
         if tfcompat.coordinator.output_built(closure):
             raise ValueError("keep() needs a closure whose output was not built yet.")
+        kept = copy.copy(closure)
+        # The copies call the function with their inputs flattened once (FlatCaller): the
+        # stock call binds and casts them against the signature at every launch.
+        tfcompat.coordinator.call_flat(kept, manager)
         with self._lock:
-            self._kept[fn] = (key, copy.copy(closure))
+            self._kept[fn] = (key, kept)
 
     def clear(self) -> None:
         """Forgets every kept closure (their functions were traced on an old placement)."""

@@ -180,6 +180,31 @@ def test_closures_and_their_remote_values():
     assert "self._fetched_tensors = " in text and "self._wait_and_maybe_error()" in text
 
 
+def test_a_flat_caller_binds_each_argument_pattern_once_and_calls_as_the_stock_call(
+        monkeypatch):
+    from tensorflow.python.eager.polymorphic_function import function_type_utils
+
+    binds = []
+    bind = function_type_utils.canonicalize_function_inputs
+    monkeypatch.setattr(function_type_utils, "canonicalize_function_inputs",
+                        lambda *a, **k: (binds.append(1), bind(*a, **k))[1])
+    # A closure's arguments as a fit step's: a code tensor (a new one per task) and the
+    # worker's iterator (the same object at every call).
+    iterator = iter(tf.data.Dataset.range(100, 200))
+    fn = tf.function(lambda code, it: code * 1000 + next(it))
+    manager = tfc.ClosureQueue(_raw_queue()).cancellation_manager
+    closure = tfc.Closure(fn, manager, args=(tf.constant(1, tf.int64), iterator))
+    assert tfc.call_flat(closure, manager)
+    caller = closure._function
+    binds.clear()
+    got = [int(caller(tf.constant(code, tf.int64), iterator)) for code in (1, 2, 3)]
+    assert got == [1100, 2101, 3102]  # each call's own code, the iterator read in order
+    assert len(binds) == 1 and caller.patterns == 1  # bound once: the stock call binds each
+    assert int(caller(code=tf.constant(4, tf.int64), it=iterator)) == 4103  # keywords: stock
+    assert len(binds) == 2
+    assert not tfc.call_flat(tfc.Closure(lambda: 1, manager), manager)  # no concrete function
+
+
 def test_time_closures_records_each_processed_closure_once_per_recorder():
     class FakeWorker:
         def __init__(self, i):
