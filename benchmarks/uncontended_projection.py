@@ -3,10 +3,10 @@ host with a core per task, from the simulator with two cost models side by side:
 
 - *fitted*: the shipped calibration (``tf_hetero/sim/calibration.json``, fitted from
   ``benchmarks/measured/one_slow.json`` on this 2-core machine);
-- *uncontended*: the same, with every step closure's own cost set to what a closure measured
-  here costs when no burst of launches competes with it, and a round's apply to its own chief
+- *uncontended*: the same, with every step closure's own cost and the steps' jitter set to
+  what they are in a run with nothing else on the cores, and a round's apply to its own chief
   <-> PS hops (:func:`tf_hetero.sim.calibrate.uncontended`; the values and their sources:
-  :data:`CLOSURE_S`, :data:`APPLY_S`, docs/SIMULATOR.md). Written to
+  :data:`QUIET`, :data:`APPLY_S`, docs/SIMULATOR.md). Written to
   ``tf_hetero/sim/uncontended.json``, so ``tf-hetero sim --costs`` takes it too.
 
 Efficiency on the measured problem (MNIST-1D CNN, 1,600 micro-batches: throughput only, the
@@ -19,6 +19,7 @@ model; 400 micro-batches, as the digits bench). Median of 3 seeds. No TensorFlow
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 
@@ -26,11 +27,14 @@ from tf_hetero.sim import calibrate, costs as costs_mod
 from tf_hetero.sim.run import simulate_run
 from tf_hetero.tools.benchconfig import BenchConfig
 
-#: A stock PSS closure's cost beyond its device time in the calibration run itself (median
-#: excess of the pss row's steps, launched apart: 10.0 ms; the pooled pss + asp median that
-#: calibration fits as ``stock_s`` is 13.9); the round profile of docs/MEASUREMENT.md reads
-#: launch 3.1 + return 2.3 + the device's overrun ~1.5 = ~7 ms for the same closure.
-CLOSURE_S = 0.0100
+#: A run with nothing competing for the cores: one worker, one PS, stock PSS, the MNIST-1D
+#: CNN, 100 ms of device time a step (benchmarks/measured/quiet/one_worker.json; its
+#: command in benchmarks/measured/README.md). A closure's cost beyond its device time
+#: and the steps' jitter are read from it (``calibrate.quiet_step``): 7.4 ms (the round
+#: profile of docs/MEASUREMENT.md reads launch 3.1 + return 2.3 + the device's overrun ~1.5 =
+#: ~7 ms for the same closure; the calibration run's pss steps, launched apart, 10.0 ms).
+QUIET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "measured", "quiet",
+                     "one_worker.json")
 #: A round's apply on the chief, hand-off 0.7 + call 9.4 + book 0.1 ms (round profile, H-PS
 #: on one_slow, a loaded fit; the calibration's breakdown reads 28 ms, close -> applied, with
 #: the next round's launches beside it).
@@ -53,10 +57,13 @@ def _median_run(spec, cfg, costs, learn):
 
 def main(out: str | None = None) -> str:
     fitted = costs_mod.load()
+    with open(QUIET) as f:
+        closure_s, jitter = calibrate.quiet_step(json.load(f))
     unc = calibrate.uncontended(
-        fitted, CLOSURE_S, APPLY_S,
-        source="closure_s 10.0 ms: the pss row's median step excess in the calibration run; "
-               "apply_s 10.2 ms: the round profile's apply (benchmarks/uncontended_projection.py)")
+        fitted, closure_s, APPLY_S, jitter_quantiles_s=jitter,
+        source=f"closure_s {closure_s * 1e3:.1f} ms and the step jitter: a quiet one-worker "
+               "run (benchmarks/measured/quiet/one_worker.json); apply_s 10.2 ms: the round "
+               "profile's apply (benchmarks/uncontended_projection.py)")
     unc.save(costs_mod.UNCONTENDED_PATH)
     mnist = dict(strategies=ROWS, profile="slow=3:4", dataset="mnist1d", model="cnn1d",
                  tasks=1600, steps_per_epoch=200, target_accuracy=0.8)

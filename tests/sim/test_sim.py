@@ -296,11 +296,16 @@ def test_statistical_model_learns_digits_and_suffers_from_pipelined_staleness():
     assert final["hpspipe"] < final["hps"] - 0.3, final
 
 
-def test_the_uncontended_cost_model_is_the_shipped_one_but_its_closures_and_apply(shipped):
-    # benchmarks/uncontended_projection.py writes it from the shipped calibration; refitting
-    # that calibration without writing it again leaves the projection on stale costs.
+def test_the_uncontended_cost_model_is_the_shipped_one_but_its_closures_apply_and_jitter(
+        shipped):
+    # benchmarks/uncontended_projection.py writes it from the shipped calibration and the
+    # quiet one-worker run; refitting either without writing it again leaves the projection
+    # on stale costs.
     unc = costs_module.load(costs_module.UNCONTENDED_PATH)
     changed = {f.name for f in dataclasses.fields(CostModel)
                if getattr(unc, f.name) != getattr(shipped, f.name)}
-    assert changed == {"task_s", "stock_s", "apply_s", "source"}
+    assert changed == {"task_s", "stock_s", "apply_s", "jitter_quantiles_s", "source"}
     assert unc.task_s == unc.stock_s < shipped.stock_s and unc.apply_s < shipped.apply_s
+    with open(os.path.join(validate.MEASURED_DIR, "quiet", "one_worker.json")) as f:
+        closure_s, jitter = calibrate.quiet_step(json.load(f))
+    assert unc.stock_s == closure_s and unc.jitter_quantiles_s == jitter

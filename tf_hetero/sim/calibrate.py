@@ -43,7 +43,7 @@ import numpy as np
 from tf_hetero.emulation.profile import Profile
 from tf_hetero.sim.costs import CostModel, DeviceTimes
 
-__all__ = ["fit", "fit_file", "slim", "robust_sd", "uncontended"]
+__all__ = ["fit", "fit_file", "slim", "robust_sd", "uncontended", "quiet_step"]
 
 #: Keys of a bench row kept in a slim copy (benchmarks/measured/): what calibration and
 #: validation read.
@@ -95,6 +95,38 @@ def _excess(row, cfg, device, sized: bool):
         usual = statistics.median(extra[1:])
         out.append((usual, extra[0] - usual, [x - usual for x in extra[1:]]))
     return out
+
+
+def _quantiles(jitter) -> tuple:
+    return tuple(float(x) for x in np.quantile(jitter or [0.0],
+                                               np.linspace(0.0, 1.0, JITTER_QUANTILES)))
+
+
+def quiet_step(bench: dict) -> tuple[float, tuple]:
+    """From a bench JSON of unsized rows (stock PSS, ASP; BSP): the median step time beyond
+    the device time and the step jitter's quantiles (each step's excess minus its worker's
+    median), as :func:`fit` reads them. For a run with nothing competing for the cores
+    (one worker: docs/SIMULATOR.md, "The uncontended projection").
+
+    >>> quiet_step({"config": {"workers": 1, "profile": "base_ms=100", "batch_size": 32},
+    ...             "results": [{"strategy": "pss", "timeline": [
+    ...                 [0, 0.0, 0.13, 0], [0, 0.2, 0.311, 0], [0, 0.4, 0.509, 0],
+    ...                 [0, 0.6, 0.712, 0]]}]})[0]
+    0.011
+    """
+    cfg = bench["config"]
+    device = DeviceTimes(Profile.parse(cfg["profile"]), cfg["workers"])
+    usual, jitter = [], []
+    for r in bench.get("results", []):
+        if not r.get("timeline"):
+            continue
+        for u, _, spread in _excess(r, cfg, device, sized=False):
+            usual.append(u)
+            jitter += spread
+    if not usual:
+        raise ValueError("quiet_step: the bench JSON has no row with a timeline of 3 steps "
+                         "or more on a worker. Fix: give a JSON written by tf-hetero bench.")
+    return round(float(statistics.median(usual)), 9), _quantiles(jitter)
 
 
 def robust_sd(xs) -> float:
@@ -182,8 +214,7 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
                          - task_s),
         local_push_jitter_s=push_jitter,
         first_task_s=max(0.0, median(firsts, "first_task_s")),
-        jitter_quantiles_s=tuple(float(x) for x in np.quantile(
-            jitter or [0.0], np.linspace(0.0, 1.0, JITTER_QUANTILES))),
+        jitter_quantiles_s=_quantiles(jitter),
         apply_s=max(0.0, median([b["apply"] * 1e-3 - (first_apply_s / b["rounds"]
                                                       if b.get("rounds") else 0.0)
                                  for b in breakdowns], "apply_s")),
@@ -196,21 +227,29 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
 
 
 def uncontended(fitted: CostModel, closure_s: float, apply_s: float,
-                source: str = "") -> CostModel:
+                source: str = "", jitter_quantiles_s: tuple | None = None) -> CostModel:
     """The cost model of a host with a core per task, from one ``fitted`` on this 2-core
     machine: every step closure, the engine's and TF's own alike (``task_s``, ``stock_s``),
     costs ``closure_s``, what a closure measured here costs beyond its device time when no
     burst of launches competes with it; a round's apply costs ``apply_s``, its own chief <->
-    PS hops. Everything else is kept as fitted (the chief's dispatch, the step jitter, the
-    first steps and applies, the set-up): contended figures, so upper bounds. The values and
-    their sources: docs/SIMULATOR.md, "The uncontended projection".
+    PS hops; with ``jitter_quantiles_s`` (a quiet run's, :func:`quiet_step`), steps vary as
+    there. Everything else is kept as fitted (the chief's dispatch, the first steps and
+    applies, the set-up; the step jitter without ``jitter_quantiles_s``): contended figures,
+    so upper bounds. The values and their sources: docs/SIMULATOR.md, "The uncontended
+    projection".
 
     >>> u = uncontended(CostModel(task_s=0.028, stock_s=0.014, apply_s=0.028), 0.0095, 0.0102)
     >>> u.task_s == u.stock_s == 0.0095, u.apply_s
     (True, 0.0102)
+    >>> uncontended(CostModel(), 0.01, 0.01, jitter_quantiles_s=(-0.001, 0.0, 0.002)
+    ...             ).jitter_quantiles_s
+    (-0.001, 0.0, 0.002)
     """
+    jitter = (fitted.jitter_quantiles_s if jitter_quantiles_s is None
+              else tuple(jitter_quantiles_s))
     return dataclasses.replace(
         fitted, task_s=closure_s, stock_s=closure_s, apply_s=apply_s,
+        jitter_quantiles_s=jitter,
         source=f"uncontended: {source or 'closure_s and apply_s given'}; the rest as "
                f"{fitted.source}")
 
