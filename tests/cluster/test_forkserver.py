@@ -101,8 +101,13 @@ def test_fork_false_starts_each_server_as_its_own_launch(tmp_path):
         pids = c.role_pids()
         assert len(pids) == 2 and {parent_of(pid) for pid in pids.values()} == {os.getpid()}
         for role, index in pids:
-            with open(c.log_path(role, index)) as f:
-                assert f"{role} {index} serving on" in f.read()
+            # The server answers (start() waited for that) just before it prints the line:
+            # read with a bound (a 3-worker suite run once read the log empty).
+            def served(path=c.log_path(role, index), line=f"{role} {index} serving on"):
+                with open(path) as f:
+                    return line in f.read()
+
+            assert wait_until(served, 30), c.log_path(role, index)
     finally:
         c.stop()
     assert c.role_pids() == {}
