@@ -203,6 +203,12 @@ def test_a_flat_caller_binds_each_argument_pattern_once_and_calls_as_the_stock_c
     assert int(caller(code=tf.constant(4, tf.int64), it=iterator)) == 4103  # keywords: stock
     assert len(binds) == 2
     assert not tfc.call_flat(tfc.Closure(lambda: 1, manager), manager)  # no concrete function
+    # A recovered worker's new iterator is a new pattern; the oldest ones are dropped.
+    monkeypatch.setattr(tfc.FlatCaller, "MAX_PATTERNS", 2)
+    others = [iter(tf.data.Dataset.range(k * 10, k * 10 + 5)) for k in (1, 2)]
+    assert [int(caller(tf.constant(0, tf.int64), it)) for it in others] == [10, 20]
+    assert caller.patterns == 2 and int(caller(tf.constant(5, tf.int64), iterator)) == 5104
+    assert caller.patterns == 2 and len(binds) == 5  # the first pattern was dropped: bound again
 
 
 def test_time_closures_records_each_processed_closure_once_per_recorder():

@@ -307,7 +307,15 @@ class FlatCaller:
     kept arguments hold their identities. Keyword arguments, or a tensor argument not found
     exactly once in the flat inputs, take the stock call. Runs under the closure's
     cancellation manager, as the stock ``cancellable`` wrapper does. Thread-safe: a worker's
-    thread and the others share one caller."""
+    thread and the others share one caller.
+
+    At most :attr:`MAX_PATTERNS` patterns are kept, the oldest dropped first: a worker's
+    recovery hands its closures a new iterator object (a new pattern), and the old one's
+    template would otherwise hold that dead iterator for the rest of the fit."""
+
+    #: Argument patterns kept: a fit has one per worker (above a 1000-worker cluster's, so
+    #: none is bound twice there) and each recovery of a worker adds one.
+    MAX_PATTERNS = 4096
 
     def __init__(self, concrete, manager):
         self._concrete, self._manager = concrete, manager
@@ -350,6 +358,8 @@ class FlatCaller:
                     break
                 places.append((position, found[0]))
         template = (args, flat, tuple(places))
+        while len(self._templates) >= self.MAX_PATTERNS:  # the oldest first (insertion order)
+            del self._templates[next(iter(self._templates))]
         self._templates[key] = template
         return template
 
