@@ -277,13 +277,13 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
             self._current[id(fn)] = made
         return made[2]
 
-    def trace(self, fn, args) -> None:
+    def trace(self, fn, args):
         """Traces the ``tf.function`` ``fn`` for ``args`` to run on the chief (an apply), under
         the strategy as ``closure`` traces a worker's function (no "invoked without
-        schedule" warning: the chief runs it on purpose)."""
+        schedule" warning: the chief runs it on purpose). Returns the concrete function."""
         with self.strategy.scope():
             with patch_lock, tfcompat.coordinator.being_scheduled(self.strategy):
-                fn.get_concrete_function(*args)
+                return fn.get_concrete_function(*args)
 
     def code_tensor(self, code: int) -> tf.Tensor:
         """The int64 tensor of a task code (:func:`task_code`); NO_ROUND's is cached (the same

@@ -209,6 +209,9 @@ def test_a_flat_caller_binds_each_argument_pattern_once_and_calls_as_the_stock_c
     assert [int(caller(tf.constant(0, tf.int64), it)) for it in others] == [10, 20]
     assert caller.patterns == 2 and int(caller(tf.constant(5, tf.int64), iterator)) == 5104
     assert caller.patterns == 2 and len(binds) == 5  # the first pattern was dropped: bound again
+    # Without a cancellation manager (a round's apply, which the chief calls itself).
+    bare = tfc.FlatCaller(closure._concrete_function)
+    assert int(bare(tf.constant(7, tf.int64), iterator)) == 7105 and bare.patterns == 1
 
 
 def test_time_closures_records_each_processed_closure_once_per_recorder():

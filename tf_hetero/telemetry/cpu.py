@@ -5,7 +5,8 @@ workers, PS tasks and chief share a few cores (docs/MEASUREMENT.md, "CPU per sam
 Read from Linux's ``/proc``: ``/proc/PID/stat`` (user + system time of every thread of a
 process, in clock ticks) and ``/proc/stat`` (the machine's busy and idle ticks over all
 cores). The chief's figure includes everything the chief process does beside the fit, such
-as the bench's accuracy evaluations, which grow with the fit's length.
+as the bench's accuracy sampler reading the weights (evaluated after the fit, outside the
+figure), which grows with the fit's length.
 
 >>> line = "42 (python) S 1 42 42 0 -1 4194560 9 0 0 0 250 50 0 0 20 0 9 0 1 2 3"
 >>> process_ticks(line)

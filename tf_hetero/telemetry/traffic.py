@@ -8,7 +8,7 @@ owned by ``w``'s process and the other by ``p``'s, whichever side opened it (TF'
 makes the *receiver* pull tensors, so a gradient a worker sends to a PS flows on a connection
 the PS may have opened). Bytes are gRPC payloads (framing and protobuf included, TCP/IP
 headers excluded). The chief's traffic with the PS tasks is counted apart
-(``chief_ps_bytes_per_sample``): it holds the bench's accuracy evaluations (every row reads the
+(``chief_ps_bytes_per_sample``): it holds the bench's accuracy sampler (every row reads the
 model every ``eval_interval_s``, so slower rows pay more per sample) and the rounds' applies,
 which run on the chief but keep every gradient-sized tensor on the PS (a few scalars and the
 control messages cross).

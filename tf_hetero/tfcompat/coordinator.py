@@ -306,8 +306,9 @@ class FlatCaller:
     argument's place in them, and later calls put their own tensors in those places. The
     kept arguments hold their identities. Keyword arguments, or a tensor argument not found
     exactly once in the flat inputs, take the stock call. Runs under the closure's
-    cancellation manager, as the stock ``cancellable`` wrapper does. Thread-safe: a worker's
-    thread and the others share one caller.
+    cancellation manager, as the stock ``cancellable`` wrapper does (``None``: a function the
+    chief calls itself, a round's apply). Thread-safe: a worker's thread and the others share
+    one caller.
 
     At most :attr:`MAX_PATTERNS` patterns are kept, the oldest dropped first: a worker's
     recovery hands its closures a new iterator object (a new pattern), and the old one's
@@ -317,7 +318,7 @@ class FlatCaller:
     #: none is bound twice there) and each recovery of a worker adds one.
     MAX_PATTERNS = 4096
 
-    def __init__(self, concrete, manager):
+    def __init__(self, concrete, manager=None):
         self._concrete, self._manager = concrete, manager
         self._templates: dict = {}
         self._lock = threading.Lock()
@@ -342,6 +343,8 @@ class FlatCaller:
         flat = list(flat)
         for position, index in places:
             flat[index] = args[position]
+        if self._manager is None:
+            return self._concrete._call_flat(flat, self._concrete.captured_inputs)
         with cancellation.CancellationManagerContext(self._manager):
             return self._concrete._call_flat(flat, self._concrete.captured_inputs)
 
@@ -364,6 +367,8 @@ class FlatCaller:
         return template
 
     def _stock(self, args, kwargs):
+        if self._manager is None:
+            return self._concrete(*args, **kwargs)
         with cancellation.CancellationManagerContext(self._manager):
             return self._concrete(*args, **kwargs)
 

@@ -11,8 +11,9 @@ The row's JSON keys (one dict per run):
 - ``efficiency``: ``samples_per_sec`` / the ideal of that run, the workers' capacities
   integrated over the tasks they ran (:func:`tf_hetero.telemetry.perf.ideal_over_tasks`);
 - ``time_to_target_s``: seconds from ``fit()`` until the held-out accuracy, sampled every
-  ``eval_interval_s`` from the chief while training runs, first reaches the target (``null``
-  if never; ``eval_failures`` counts samples whose evaluation raised);
+  ``eval_interval_s`` while training runs (the weights read then from the chief, evaluated
+  after the fit), first reaches the target (``null`` if never; ``eval_failures`` counts
+  samples whose read or evaluation raised);
 - ``final_accuracy``, ``rounds`` (applied updates), staleness;
 - ``bytes_to_ps_per_sample`` / ``bytes_from_ps_per_sample``: bytes measured on the TCP
   connections between the worker and PS processes over the row's fit (pushes and requests /
@@ -66,17 +67,36 @@ _FINISHED_ROWS: list = []
 
 
 class _AccuracySampler:
-    """Evaluates held-out accuracy from the chief every ``interval`` s while fit runs."""
+    """Held-out accuracy over a fit, sampled every ``interval`` s from the chief.
 
-    def __init__(self, model, x, y, interval: float):
-        self.model, self.x, self.y, self.interval = model, x, y, interval
+    While fit runs, a sample only *reads* the model's weights (one function: one exchange
+    with each PS task); the samples are evaluated after the fit, on ``twin`` (the same
+    architecture, built outside the strategy, on the chief). Evaluating while training ran a
+    forward pass of the whole test set on the chief at every sample, CPU and the GIL taken
+    from whatever step or round it met, and so measured the rows with the meter's own load in
+    them (docs/MEASUREMENT.md, "The accuracy sampler")."""
+
+    def __init__(self, model, twin, x, y, interval: float):
+        self.model, self.twin, self.x, self.y, self.interval = model, twin, x, y, interval
         self.samples: list[tuple[float, float]] = []
-        self.failures: list[str] = []  # evaluations that raised (reported, never hidden)
+        self.failures: list[str] = []  # reads or evaluations that raised (reported)
+        self._weights: list[tuple[float, list]] = []
+        self._read_fn = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="tf-hetero-eval")
 
-    def accuracy(self) -> float:
-        logits = self.model(self.x, training=False).numpy()
+    def read(self) -> list:
+        """The model's weights now, as arrays, in ``model.weights`` order."""
+        if self._read_fn is None:
+            import tensorflow as tf
+
+            variables = [tfcompat.keras3.tf_variable(v) for v in self.model.weights]
+            self._read_fn = tf.function(lambda: [v.read_value() for v in variables])
+        return [t.numpy() for t in self._read_fn()]
+
+    def accuracy(self, weights: list) -> float:
+        self.twin.set_weights(weights)
+        logits = np.asarray(self.twin(self.x, training=False))
         return float(np.mean(np.argmax(logits, axis=1) == self.y))
 
     def start(self, t0: float):
@@ -86,15 +106,30 @@ class _AccuracySampler:
     def _loop(self):
         while not self._stop.wait(self.interval):
             try:
-                acc = self.accuracy()
+                weights = self.read()
             except Exception as e:  # pylint: disable=broad-except
-                self.failures.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                self._failed(e)
                 continue
-            self.samples.append((time.perf_counter() - self.t0, acc))
+            self._weights.append((time.perf_counter() - self.t0, weights))
+
+    def _failed(self, e: BaseException) -> None:
+        self.failures.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
     def stop(self):
         self._stop.set()
         self._thread.join(timeout=30)
+
+    def finish(self) -> float:
+        """After :meth:`stop`: the final weights read and every sample evaluated into
+        ``samples``; returns the final accuracy."""
+        self._weights.append((time.perf_counter() - self.t0, self.read()))
+        for t, weights in self._weights:
+            try:
+                self.samples.append((t, self.accuracy(weights)))
+            except Exception as e:  # pylint: disable=broad-except
+                self._failed(e)
+        self._weights = []
+        return self.samples[-1][1]
 
 
 class _Meters:
@@ -251,7 +286,9 @@ def run_strategy(spec: str, cluster, cfg: BenchConfig, profile: Profile,
     device = emulate(row.model, profile, strategy=row.strategy, batch_size=cfg.batch_size,
                      stamps=stamps)
     task_log = TaskLog.for_strategy(row.strategy) if row.stock else None
-    sampler = _AccuracySampler(row.model, test.x, test.y, cfg.eval_interval_s)
+    twin = models.build(cfg.model, input_shape=train.input_shape, num_classes=train.num_classes,
+                        seed=seed, keras3=row.keras3)  # on the chief, outside the strategy
+    sampler = _AccuracySampler(row.model, twin, test.x, test.y, cfg.eval_interval_s)
     train_fn = data.dataset_fn(batch_size=cfg.batch_size, num_workers=cfg.workers,
                                seed=seed, data=train, per_worker=cfg.data_per_worker)
     ramp = lr_rule.warmup_updates(cfg.warmup_updates, row.per_update)
@@ -298,8 +335,7 @@ def _timed_fit(row: _Row, cfg: BenchConfig, train_fn, sampler: _AccuracySampler,
     # fit() returns after the last apply: the row's traffic, read before anything else runs.
     traffic, cpu, served, stamps = meters.stop()
     sampler.stop()
-    final = sampler.accuracy()
-    sampler.samples.append((time.perf_counter() - t0, final))
+    final = sampler.finish()
     _end_row(row.strategy, row.model, (task_log, progress.task_log))
     return _Fit(t0, wall_s, stopped, traffic, cpu, served, final, stamps)
 

@@ -212,7 +212,7 @@ def _cpu_lines(results: list[dict]) -> list[str]:
         return []
     lines = ["", "CPU seconds per 1000 samples computed, by process, and the machine's "
                  "busy share over the fit (the chief's includes the accuracy "
-                 "evaluations; docs/MEASUREMENT.md)", "",
+                 "sampler's weight reads; docs/MEASUREMENT.md)", "",
              "| strategy | chief | workers | PS | total | machine busy |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
