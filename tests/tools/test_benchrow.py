@@ -51,3 +51,25 @@ def test_the_sampler_reads_weights_while_fit_runs_and_evaluates_them_after():
     assert times == sorted(times) and sampler.failures == []
     # The twin holds the last weights it evaluated; the trained model is untouched.
     np.testing.assert_array_equal(trained.get_weights()[0], class_1)
+
+
+def test_the_weights_kept_are_bounded_and_the_sampler_says_when_it_thins_them(capsys):
+    import tf_keras as keras
+
+    from tf_hetero.tools.benchrow import _AccuracySampler
+
+    def model():
+        return keras.Sequential([keras.layers.Dense(2, input_shape=(1,), use_bias=False)])
+
+    trained = model()
+    sampler = _AccuracySampler(trained, model(), np.ones((4, 1), np.float32),
+                               np.zeros(4, np.int64), interval=0.01)
+    sampler.MAX_BYTES = 5 * 8  # a sample holds 2 float32 (8 bytes): the sixth one thins
+    sampler.start(time.perf_counter())
+    _until(lambda: sampler.interval > 0.01)
+    sampler.stop()
+    assert sampler._bytes <= sampler.MAX_BYTES and sampler.interval >= 0.02
+    assert "every other sample dropped, one every 0.02 s" in capsys.readouterr().out
+    sampler.finish()  # at most 5 kept, and the final weights
+    times = [t for t, _ in sampler.samples]
+    assert 4 <= len(times) <= 6 and times == sorted(times)
