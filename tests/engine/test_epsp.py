@@ -212,6 +212,29 @@ def test_a_waiting_late_gradient_keeps_its_worker_out_of_rounds_writing_its_lane
     assert r2.slot == 0 and 2 not in {x.pinned for x in r2.tasks}
 
 
+def test_a_fold_only_round_steps_a_late_share_as_much_as_a_full_round_would():
+    """The late share (1 unit of its round's 3, weight 1/2 at staleness 1) takes 1/6 of the
+    round's step, as it would folded into a full round; not the whole step on its own mean."""
+    from tf_hetero.policies.scale import SampledScale
+
+    clock, d = FakeClock(), Dispatcher()
+    e = RoundEngine(3, SlackSync(0.6), ElasticParallelism(3, StragglerProjection(window=4),
+                                                          probe_every=100, keep_stragglers=True),
+                    d, monitor=Monitor(3, clock=clock), clock=clock,
+                    components=[LateFolding(StalenessWeight())], update_scale=SampledScale())
+    t = [e.submit(i) for i in range(3)]
+    for task, w in zip(t, (0, 1, 2)):
+        e.task_started(task, w)
+    e.task_finished(t[0], 0)
+    e.task_finished(t[1], 1)  # the quorum: round 0 closes on 2 of its 3 units
+    assert e.rounds[0].scale == pytest.approx(2 / 3)
+    e.apply_finished(0, 2)
+    e.task_finished(t[2], 2)
+    e.flush()
+    fold = e.rounds[-1]
+    assert fold.info["fold_only"] and fold.scale == pytest.approx(0.5 * 1 / 3)
+
+
 def test_when_every_live_worker_holds_a_late_gradient_a_fold_only_round_applies_them():
     """Worker 1's late gradient waits in slot 0 and worker 0 is dead: the next round (slot 0)
     has no worker it may give a task to, so it folds what waits instead of waiting for
