@@ -116,10 +116,9 @@ def applied_fraction(rnd: Round, rounds: Sequence[Round]) -> float:
         units += weight * sum(t.size for t in old.tasks + old.copies
                               if t.lane_id == lane and t.state == S.FOLDED)
     if not rnd.tasks and rnd.folds:
-        # A fold-only round: over the units the late gradients' own rounds planned, so that
-        # a late share steps as much as it would have inside a full round (over 1.0, the
-        # mean of one late share took the whole round's step: measured, AutoStrategy's
-        # rounds at 8x the one-batch rate, a collapse that began at an epoch's fold-only
-        # round, benchmarks/results/2026-12-06-fair-transient/).
+        # A fold-only round plans no task: over the units the late gradients' own rounds
+        # planned, a late share steps as much as it would have inside a full round (over
+        # 1.0, the mean of a late share took the whole round's step: at AutoStrategy's 8x
+        # the one-batch rate, enough to start a collapse, docs/AUTO.md section 5).
         planned = max(sum(t.size for t in rounds[late].tasks) for late, _ in rnd.folds.values())
     return units / planned if planned else 1.0
