@@ -11,6 +11,12 @@ import pytest
 pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
 
 
+def _model():
+    import tf_keras as keras
+
+    return keras.Sequential([keras.layers.Dense(2, input_shape=(1,), use_bias=False)])
+
+
 def _until(condition, timeout_s=30.0):
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -19,14 +25,9 @@ def _until(condition, timeout_s=30.0):
 
 
 def test_the_sampler_reads_weights_while_fit_runs_and_evaluates_them_after():
-    import tf_keras as keras
-
     from tf_hetero.tools.benchrow import _AccuracySampler
 
-    def model():
-        return keras.Sequential([keras.layers.Dense(2, input_shape=(1,), use_bias=False)])
-
-    trained, twin = model(), model()
+    trained, twin = _model(), _model()
     x, y = np.ones((4, 1), np.float32), np.zeros(4, np.int64)
     class_0, class_1 = np.array([[1.0, 0.0]], np.float32), np.array([[0.0, 1.0]], np.float32)
     sampler = _AccuracySampler(trained, twin, x, y, interval=0.01)
@@ -54,15 +55,10 @@ def test_the_sampler_reads_weights_while_fit_runs_and_evaluates_them_after():
 
 
 def test_the_weights_kept_are_bounded_and_the_sampler_says_when_it_thins_them(capsys):
-    import tf_keras as keras
-
     from tf_hetero.tools.benchrow import _AccuracySampler
 
-    def model():
-        return keras.Sequential([keras.layers.Dense(2, input_shape=(1,), use_bias=False)])
-
-    trained = model()
-    sampler = _AccuracySampler(trained, model(), np.ones((4, 1), np.float32),
+    trained = _model()
+    sampler = _AccuracySampler(trained, _model(), np.ones((4, 1), np.float32),
                                np.zeros(4, np.int64), interval=0.01)
     sampler.MAX_BYTES = 5 * 8  # a sample holds 2 float32 (8 bytes): the sixth one thins
     sampler.start(time.perf_counter())

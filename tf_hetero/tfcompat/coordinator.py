@@ -343,9 +343,7 @@ class FlatCaller:
         flat = list(flat)
         for position, index in places:
             flat[index] = args[position]
-        if self._manager is None:
-            return self._concrete._call_flat(flat, self._concrete.captured_inputs)
-        with cancellation.CancellationManagerContext(self._manager):
+        with self._cancellable():
             return self._concrete._call_flat(flat, self._concrete.captured_inputs)
 
     def _template(self, args, key):
@@ -367,10 +365,13 @@ class FlatCaller:
         return template
 
     def _stock(self, args, kwargs):
+        with self._cancellable():
+            return self._concrete(*args, **kwargs)
+
+    def _cancellable(self):
         if self._manager is None:
-            return self._concrete(*args, **kwargs)
-        with cancellation.CancellationManagerContext(self._manager):
-            return self._concrete(*args, **kwargs)
+            return contextlib.nullcontext()
+        return cancellation.CancellationManagerContext(self._manager)
 
 
 def call_flat(closure, manager) -> bool:
