@@ -359,3 +359,36 @@ def test_without_a_cutoff_every_round_waits_for_its_stragglers():
     engine = _straggled(cutoff=0).engine
     assert all(t.state in ("done", "absorbed") for r in engine.rounds for t in r.tasks)
     assert not any(r.folds for r in engine.rounds)
+
+
+def _round_of(starts, projected=1.0, done=()):
+    """A sized round opened at 0 of one task per worker, each projected ``projected`` s,
+    started at ``starts[w]`` (None: not started); the workers in ``done`` are in."""
+    from tf_hetero.engine.state import Round, Task
+
+    tasks = []
+    for w, start in enumerate(starts):
+        state = "done" if w in done else ("running" if start is not None else "dispatched")
+        tasks.append(Task(id=w, payload=None, round=0, pinned=w, worker=w if start is not None
+                          else None, state=state, t_start=start or 0.0, size=4))
+    return Round(id=0, tasks=tasks, expected_s=projected,
+                 task_s={w: projected for w in range(len(starts))})
+
+
+def test_a_task_is_cut_off_by_its_own_running_time_not_the_rounds():
+    c = AutoController(AutoConfig(cutoff=1.5))
+    # Two of four in; the other two started late (the chief's launches take turns on many
+    # workers) and have each run 1.0 s of their 1.0 s at 2.0 s: from the round's open that
+    # is past 1.5x the makespan, yet neither is late. Counted from the open (the old rule)
+    # this round closed and folded two on-time shares.
+    rnd = _round_of([0.0, 0.0, 1.0, 1.0], done=(0, 1))
+    assert not c.should_close(rnd, now=2.0)
+    assert c.should_close(rnd, now=2.6)  # both have now run 1.6x their projected time
+    # A task not started yet is never late, and a round with less than half its units in
+    # waits whatever its tasks' times.
+    assert not c.should_close(_round_of([0.0, 0.0, 0.0, None], done=(0, 1)), now=9.0)
+    assert not c.should_close(_round_of([0.0, 0.0, 0.0, 0.0], done=(0,)), now=9.0)
+    assert c.should_close(_round_of([0.0, 0.0, 0.0, 0.0], done=(0, 1)), now=1.6)
+    # cutoff=0: a round waits for every task.
+    assert not AutoController(AutoConfig(cutoff=0)).should_close(
+        _round_of([0.0, 0.0, 0.0, 0.0], done=(0, 1, 2)), now=99.0)
