@@ -23,8 +23,8 @@ round or two.
 Persistent speed differences favour ``sized`` (async pays for a slow worker with stale
 gradients and a skewed data mix; sized rounds give it a small share). A transient straggler
 would hold a round: past its cut-off (``cutoff`` x its task's projected time) a sized
-round closes without it, its late share is folded into a later round, and it sits out the rounds
-that open while it finishes. Measured, sized rounds with the cut-off reached the target
+round closes without it, its late share is folded into a later round, and it sits out the
+rounds that open while it finishes. Measured, sized rounds with the cut-off reached the target
 sooner than asynchronous steps on equal and on transiently slow workers too, so by default
 a fit stays in sized rounds (``async_below=1``); asynchronous steps are there for
 ``start="async"`` or a larger ``async_below``. The measure: each worker's lower quartile of
@@ -129,9 +129,8 @@ class AutoConfig:
       cutoff: a sized round closes without its last tasks once half its units are in and
         each task still out has run ``cutoff`` times its projected time (its share at its
         worker's measured speed) since it started; a late share is folded into a later
-        round, weighted
-        ``1 / (1 + staleness)``, and its worker sits out the rounds that open while it
-        finishes (its share goes to the free workers). ``0``: every round waits for all
+        round, weighted ``1 / (1 + staleness)``, and its worker sits out the rounds that
+        open while it finishes (its share goes to the free workers). ``0``: every round waits for all
         its tasks (H-PS's rounds). 1.5 measured 1.13x sooner to the target than 2 on
         transient stragglers and level on persistent and equal ones (docs/AUTO.md,
         section 4).
@@ -291,11 +290,11 @@ class AutoController(BalancedBatches, Component):
         if rnd.all_done:
             return True
         cutoff = self.config.cutoff
-        # No task can be late before the round has run the cut-off times its projected
-        # makespan's lower bound (every share's projected time is at least its smallest);
-        # checked first, as the engine asks at every tick.
         if not cutoff or not rnd.expected_s > 0:
             return False
+        # No task is late before the round has run the cut-off times its shortest projected
+        # task time (a task starts at the open or later): checked first, without reading the
+        # round's tasks, as the engine asks at every tick.
         if self._shortest is None or self._shortest[0] is not rnd:
             known = [x for x in rnd.task_s.values() if x is not None and x > 0]
             self._shortest = (rnd, min(known) if known else rnd.expected_s)
