@@ -130,10 +130,8 @@ class AutoConfig:
         each task still out has run ``cutoff`` times its projected time (its share at its
         worker's measured speed) since it started; a late share is folded into a later
         round, weighted ``1 / (1 + staleness)``, and its worker sits out the rounds that
-        open while it finishes (its share goes to the free workers). ``0``: every round waits for all
-        its tasks (H-PS's rounds). 1.5 measured 1.13x sooner to the target than 2 on
-        transient stragglers and level on persistent and equal ones (docs/AUTO.md,
-        section 4).
+        open while it finishes (its share goes to the free workers). ``0``: every round
+        waits for all its tasks (H-PS's rounds). Why 1.5: docs/AUTO.md, section 4.
     """
 
     window: int = 12
@@ -284,9 +282,9 @@ class AutoController(BalancedBatches, Component):
 
         Each task's lateness counts from its own start, as EPSP's task transfer does: on many
         workers the chief starts a round's tasks over a spread (its launches take turns), and
-        a task started last is not a straggler for it. Counted from the round's open, a cut-off
-        of 1.5 folded on-time shares on 64 and 256 simulated workers, and the step at the
-        cap, stale, collapsed the fit (docs/AUTO.md, section 4)."""
+        a task started last is not a straggler for it (counted from the round's open, its
+        on-time share would be folded and taken stale at the step's cap; docs/AUTO.md,
+        section 4)."""
         if rnd.all_done:
             return True
         cutoff = self.config.cutoff
