@@ -27,11 +27,13 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from typing import Mapping, Sequence
 
 from tf_hetero import env as _env, tflogs
 from tf_hetero.emulation.profile import PROFILE_ENV, Profile
 from tf_hetero.cluster import forkserver
+from tf_hetero.cluster.ports import pick_ports, release_ports
 from tf_hetero.cluster.reach import answers, call_bounded
 from tf_hetero.cluster.tf_config import make_tf_config, validate_cluster
 
@@ -50,18 +52,6 @@ DETACH_TIMEOUT_S = 15.0
 
 class ClusterStartError(RuntimeError):
     """A local server did not come up; the message carries the end of its log."""
-
-
-def pick_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct free TCP ports on ``host``."""
-    import portpicker  # local import: only the launcher needs it
-
-    ports: list[int] = []
-    while len(ports) < n:
-        p = portpicker.pick_unused_port()
-        if p not in ports:
-            ports.append(p)
-    return ports
 
 
 def die_with_parent() -> None:  # runs in the child between fork and exec
@@ -134,7 +124,9 @@ class LocalCluster:
         self.start_timeout = float(start_timeout)
         self.host = host
         self.log_dir = log_dir
+        # Reserved for this object's life, across restarts of its servers (ports.py).
         ports = pick_ports(1 + num_workers + num_ps, host)
+        weakref.finalize(self, release_ports, ports)
         addr = [f"{host}:{p}" for p in ports]
         self.cluster_spec: dict[str, list[str]] = {
             "chief": addr[:1],
