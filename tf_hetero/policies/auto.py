@@ -3,66 +3,35 @@ hard its step, chosen from what the monitor measures. Pure Python; the real runt
 simulator run the same object (the engine's sync policy, assignment policy, update scale and
 a component at once).
 
-**How to synchronize** (:meth:`AutoController.after_event`). Two modes:
+Two modes: ``sized`` rounds (each round's global batch split across the workers in
+proportion to their speed, H-PS's :class:`~tf_hetero.policies.assign.BalancedBatches`, and
+applied as one step on the whole batch) and ``async`` steps (exactly stock PSS's); the sync
+policy's ``mode`` is ``"rounds"`` or ``"async"``. The runtime makes each task's closure for
+the mode current when ``fit`` schedules it and the engine runs every task the way it was
+made, so no closure runs in a mode it was not made for (an accumulating step run
+asynchronously would apply nothing); at most :attr:`AutoController.max_pending` tasks are
+queued, so a switch takes effect within a round or two.
 
-- ``sized``: each round's global batch is split across the workers in proportion to their
-  speed (H-PS's sized tasks, :class:`~tf_hetero.policies.assign.BalancedBatches`), so all
-  finish together, and its apply is one step on the whole batch;
-- ``async``: asynchronous steps, exactly stock PSS's: each task one dataset batch that applies
-  its own update on the PS as it ends; no worker ever waits for another.
+What it decides, each from the monitor's measurements (docs/AUTO.md has the derivations
+and the measurements behind every default):
 
-The sync policy's ``mode`` is ``"rounds"`` or ``"async"`` accordingly, and the runtime makes
-each task's closure for the mode current when ``fit`` schedules it (an accumulating step, or
-the user's own step): the engine runs every task the way it was made, in order, so the tasks
-queued before a switch finish in the old mode and no closure is ever run in the mode it was
-not made for (a step that applies its own update inside a round would leave the round's lane
-empty, and an accumulating step run asynchronously would apply nothing). The strategy keeps
-at most :attr:`AutoController.max_pending` tasks queued, so a switch takes effect within a
-round or two.
-
-Persistent speed differences favour ``sized`` (async pays for a slow worker with stale
-gradients and a skewed data mix; sized rounds give it a small share). A transient straggler
-would hold a round: past its cut-off (``cutoff`` x its task's projected time) a sized
-round closes without it, its late share is folded into a later round, and it sits out the
-rounds that open while it finishes. Measured, sized rounds with the cut-off reached the target
-sooner than asynchronous steps on equal and on transiently slow workers too, so by default
-a fit stays in sized rounds (``async_below=1``); asynchronous steps are there for
-``start="async"`` or a larger ``async_below``. The measure: each worker's lower quartile of
-time per unit over its last ``window`` tasks (what it does when it is not straggling), the
-slowest over the fastest. A transient straggler moves only the top of a worker's times,
-even in bursts (6 slow tasks of 12 moved a median by 2.7x on `transient`'s draws), and a
-lasting change moves every quantile within three quarters of a window. ``sized`` from
-``spread >= sized_above``, back to ``async`` below ``async_below`` (hysteresis).
-
-**How large a batch** (sized mode). Goodput = throughput x statistical efficiency (Pollux).
-With the workers' capacity ``C`` (samples/s, summed), a round's own cost ``T_o`` (seconds a
-round takes beyond its compute: dispatch, barrier, apply) and the gradient noise scale ``B``
-(samples, :mod:`tf_hetero.policies.noise`), a round of ``M`` samples has throughput
-``M / (M/C + T_o)`` and efficiency ``(B + b0) / (B + M)``; their product is largest at
-
-    M* = sqrt(C x T_o x B),
-
-rounded to whole dataset batches, at least one per worker (a round takes a step of ``fit``
-per task) and at most ``max_batches`` per worker (the memory bound). Each is
-re-measured every ``decide_every`` sized rounds; the batch changes when the predicted
-goodput of the new one is at least ``min_gain`` better.
-
-**How hard a step** (:meth:`scale`). A sized round of ``M`` samples steps by AdaScale's gain
-``r`` over the one-batch rate the user gave (``b0`` = one dataset batch): between 1 (all
-signal) and ``M / b0`` (all noise: the linear rule). An async step is one batch: gain 1.
-
-The user's one-batch rate is the one they would give stock PSS, and that rate was found for
-asynchronous steps. Asynchrony acts as momentum (Mitliagkas et al. 2016: with ``N`` workers in
-flight, SGD's expected update is a heavy ball with momentum ``1 - 1/N``), and a gradient
-``tau`` updates stale narrows SGD's stable rates by about ``1 + tau``; so a rate found good
-for stale steps is up to ``1 + tau`` times too small for fresh ones. A sized round steps
-``min(r x c, max_step x k)`` times the one-batch rate: ``c`` goes from 1 to ``1 + tau``
-(``tau`` measured on the strategy's own asynchronous steps, else ``N - 1``; ``async_tuned``)
-over ``1 + tau`` sized rounds (the linear rule's warm-up), and ``k`` is the round's dataset
-batches; and under the edge of stability the rounds measure: two rounds in a row whose
-mean gradient explodes, or whose loss climbs, halve the step for the rest of the fit (``unstable``,
-:class:`~tf_hetero.policies.stability.StepCeiling`; docs/AUTO.md, section 2, with the
-measurements).
+- **how to synchronize** (:meth:`AutoController.after_event`): ``sized`` while the workers'
+  speeds differ persistently (each worker's lower quartile of time per unit over its last
+  ``window`` tasks, the slowest over the fastest: ``sized_above`` / ``async_below``, with
+  hysteresis); a sized round closes without a task past ``cutoff`` x its projected time
+  (:meth:`should_close`), folds the late share into a later round and plans around its
+  worker (:meth:`plan`). By default a fit stays in sized rounds (``async_below=1``);
+- **how large a round's batch** (sized mode): Pollux's goodput, throughput ``M / (M/C +
+  T_o)`` times efficiency ``(B + b0) / (B + M)``, largest at ``M* = sqrt(C x T_o x B)``
+  (:func:`optimal_batch`; ``C`` the workers' capacity, ``T_o`` a round's own cost, ``B`` the
+  gradient noise scale of :mod:`tf_hetero.policies.noise`), in whole dataset batches, one to
+  ``max_batches`` per worker, re-chosen every ``decide_every`` sized rounds when ``min_gain``
+  better;
+- **how hard a step** (:meth:`scale`): AdaScale's gain ``r`` of the round's batch over the
+  user's one-batch rate, times the asynchronous rate's correction ``1 + tau`` ramped in over
+  ``1 + tau`` rounds (``async_tuned``), at most ``max_step`` x the linear rule, and under the
+  edge of stability the rounds measure (``unstable``,
+  :class:`~tf_hetero.policies.stability.StepCeiling`).
 
 >>> c = AutoController(AutoConfig(window=4, async_tuned=False, start="async"))
 >>> c.bind(num_workers=2, step_units=4, unit_samples=8)
@@ -86,120 +55,17 @@ import statistics
 
 from tf_hetero.engine.api import Component
 from tf_hetero.policies.assign import BalancedBatches
+from tf_hetero.policies.auto_config import AutoConfig, optimal_batch
 from tf_hetero.policies.stability import StepCeiling
 
 __all__ = ["AutoConfig", "AutoController", "optimal_batch"]
-
-
-@dataclasses.dataclass(frozen=True)
-class AutoConfig:
-    """The adaptive strategy's settings (every one has a default that needs no tuning).
-
-    Args:
-      window: tasks per worker whose lower quartile of time per unit is its speed.
-      sized_above: the slowest worker's quartile over the fastest's from which rounds are
-        sized by speed.
-      async_below: the ratio under which sized rounds go back to asynchronous steps; 1
-        (the default): never, as sized rounds with a cut-off reached the target sooner
-        than asynchronous steps on equal and on transiently slow workers (docs/AUTO.md,
-        section 4); e.g. 1.25 to let equal workers run asynchronously.
-      decide_every: sized rounds between two choices of the global batch.
-      max_batches: the largest global batch, in dataset batches per worker (the memory
-        bound: a worker's share of a round is at most this many of its dataset batches).
-      min_gain: relative goodput gain a new global batch must promise to be taken.
-      gain: ``"adascale"`` (the step follows the measured noise) or ``"linear"`` (the
-        linear rule: a round of ``k`` batches steps ``k`` times the one-batch rate).
-      async_tuned: the one-batch rate was chosen for asynchronous steps (stock PSS), whose
-        staleness acts as momentum: a sized round's step is its gain times a correction
-        from ``tau``, the mean staleness of asynchronous steps (measured before; ``N - 1``
-        when none ran): ``"linear"``: ``1 + tau``; ``"sqrt"``: its square root; ``"none"``
-        (or ``False``): the gain alone (module notes).
-      max_step: the largest step of a sized round, in multiples of the linear rule's (a
-        round of ``k`` dataset batches: ``k`` times the one-batch rate). 2: where every
-        synchronous row was best on the learning-rate grid.
-      ramp: the correction comes in over ``ramp x (1 + tau)`` sized rounds.
-      unstable: a sized round's mean-gradient norm over the median of the rounds before it
-        at which the step counts as past its edge of stability (two rounds in a row, or one
-        at its square; or two rounds in a row whose norm and loss both grow, or whose loss
-        climbs): the step's ceiling becomes half the step taken, for the rest of the fit
-        (:class:`~tf_hetero.policies.stability.StepCeiling`). ``0``: never.
-      start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
-        ``"rounds"``: sized rounds; on 16 workers their step needs its measured ceiling,
-        docs/AUTO.md section 5).
-      cutoff: a sized round closes without its last tasks once half its units are in and
-        each task still out has run ``cutoff`` times its projected time (its share at its
-        worker's measured speed) since it started; a late share is folded into a later
-        round, weighted ``1 / (1 + staleness)``, and its worker sits out the rounds that
-        open while it finishes (its share goes to the free workers). ``0``: every round
-        waits for all its tasks (H-PS's rounds). Why 1.5: docs/AUTO.md, section 4.
-    """
-
-    window: int = 12
-    sized_above: float = 1.5
-    async_below: float = 1.0
-    decide_every: int = 8
-    max_batches: int = 8
-    min_gain: float = 0.05
-    gain: str = "adascale"
-    async_tuned: str = "linear"
-    max_step: float = 2.0
-    ramp: float = 1.0
-    unstable: float = 6.0
-    start: str = "rounds"
-    cutoff: float = 1.5
-
-    def __post_init__(self):
-        for name in ("window", "decide_every", "max_batches"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"AutoConfig({name}={v!r}): need an integer >= 1.")
-        if not self.sized_above >= self.async_below >= 1.0:
-            raise ValueError(
-                f"AutoConfig(sized_above={self.sized_above!r}, async_below="
-                f"{self.async_below!r}): need sized_above >= async_below >= 1 (the speed "
-                "ratios at which rounds become sized and go back to asynchronous steps).")
-        if not self.min_gain >= 0:
-            raise ValueError(f"AutoConfig(min_gain={self.min_gain!r}): need a number >= 0.")
-        if self.gain not in ("adascale", "linear"):
-            raise ValueError(f"AutoConfig(gain={self.gain!r}): use 'adascale' or 'linear'.")
-        if self.async_tuned is False:
-            object.__setattr__(self, "async_tuned", "none")
-        if self.async_tuned not in ("linear", "sqrt", "none"):
-            raise ValueError(f"AutoConfig(async_tuned={self.async_tuned!r}): use 'linear', "
-                             "'sqrt' or 'none'.")
-        if not self.max_step > 0:
-            raise ValueError(f"AutoConfig(max_step={self.max_step!r}): need a number > 0 "
-                             "(the largest step in multiples of the linear rule's; 2 by default).")
-        if not (isinstance(self.ramp, (int, float)) and self.ramp >= 0):
-            raise ValueError(f"AutoConfig(ramp={self.ramp!r}): need a number >= 0 (the "
-                             "correction's ramp in multiples of 1 + tau rounds; 0: at once).")
-        if not (isinstance(self.unstable, (int, float)) and not isinstance(self.unstable, bool)
-                and (self.unstable == 0 or self.unstable > 1)):
-            raise ValueError(f"AutoConfig(unstable={self.unstable!r}): need 0 (never back "
-                             "off) or a ratio > 1 (6 by default).")
-        if not (isinstance(self.cutoff, (int, float)) and not isinstance(self.cutoff, bool)
-                and (self.cutoff == 0 or self.cutoff >= 1)):
-            raise ValueError(f"AutoConfig(cutoff={self.cutoff!r}): need 0 (rounds wait for "
-                             "every task) or a number >= 1 (times the round's projected "
-                             "makespan; 2 by default).")
-        if self.start not in ("async", "rounds"):
-            raise ValueError(f"AutoConfig(start={self.start!r}): use 'async' or 'rounds'.")
-
-
-def optimal_batch(capacity: float, overhead_s: float, noise_scale: float) -> float:
-    """The global batch (samples) of largest goodput: ``sqrt(C x T_o x B)`` (module notes).
-
-    >>> optimal_batch(capacity=1000.0, overhead_s=0.08, noise_scale=500.0)
-    200.0
-    """
-    return math.sqrt(max(capacity, 0.0) * max(overhead_s, 0.0) * max(noise_scale, 0.0))
 
 
 class AutoController(BalancedBatches, Component):
     """Chooses the mode, the sized rounds' global batch and their step gain (module notes).
 
     The engine's sync policy (:attr:`mode`, :meth:`should_close`: a sized round waits for
-    all its tasks), its assignment policy (the global batch split by speed, which this
+    its tasks up to the cut-off), its assignment policy (the global batch split by speed, which this
     object sets between rounds), its update scale (:meth:`scale`: the step's gain) and a
     component (:meth:`after_event`: the decisions, after every task or round)."""
 
