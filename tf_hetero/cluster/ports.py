@@ -63,7 +63,13 @@ def _reserve(port: int) -> bool:
     with _lock:
         if port in _held:
             return False
-        fd = os.open(_lock_file(port), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o666)
+        path = _lock_file(port)
+        try:  # read-only: flock needs no write access, so another user's file serves too
+            fd = os.open(path, os.O_CREAT | os.O_RDONLY | os.O_CLOEXEC, 0o666)
+        except PermissionError as e:
+            raise PermissionError(
+                f"pick_ports: cannot create the port lock file {path} ({e.strerror}). Fix: "
+                f"make {LOCK_DIR} writable for every user (chmod 1777) or remove it.") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # BlockingIOError: held by another process
