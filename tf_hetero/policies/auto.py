@@ -65,9 +65,9 @@ class AutoController(BalancedBatches, Component):
     """Chooses the mode, the sized rounds' global batch and their step gain (module notes).
 
     The engine's sync policy (:attr:`mode`, :meth:`should_close`: a sized round waits for
-    its tasks up to the cut-off), its assignment policy (the global batch split by speed, which this
-    object sets between rounds), its update scale (:meth:`scale`: the step's gain) and a
-    component (:meth:`after_event`: the decisions, after every task or round)."""
+    its tasks up to the cut-off), its assignment policy (the global batch split by speed,
+    which this object sets between rounds), its update scale (:meth:`scale`: the step's
+    gain) and a component (:meth:`after_event`: the decisions, after every task or round)."""
 
     def __init__(self, config: AutoConfig | None = None):
         BalancedBatches.__init__(self)

@@ -39,7 +39,7 @@ class AutoConfig:
         staleness acts as momentum: a sized round's step is its gain times a correction
         from ``tau``, the mean staleness of asynchronous steps (measured before; ``N - 1``
         when none ran): ``"linear"``: ``1 + tau``; ``"sqrt"``: its square root; ``"none"``
-        (or ``False``): the gain alone (tf_hetero.policies.auto's notes).
+        (or ``False``): the gain alone (:mod:`tf_hetero.policies.auto`'s notes).
       max_step: the largest step of a sized round, in multiples of the linear rule's (a
         round of ``k`` dataset batches: ``k`` times the one-batch rate). 2: where every
         synchronous row was best on the learning-rate grid.
@@ -113,7 +113,8 @@ class AutoConfig:
 
 
 def optimal_batch(capacity: float, overhead_s: float, noise_scale: float) -> float:
-    """The global batch (samples) of largest goodput: ``sqrt(C x T_o x B)`` (tf_hetero.policies.auto's notes).
+    """The global batch (samples) of largest goodput: ``sqrt(C x T_o x B)``
+    (:mod:`tf_hetero.policies.auto`'s notes).
 
     >>> optimal_batch(capacity=1000.0, overhead_s=0.08, noise_scale=500.0)
     200.0
