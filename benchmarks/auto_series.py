@@ -27,9 +27,9 @@ _check = diverge.LossGuard.check
 _figures = benchrow._engine_figures
 
 
-def _keeping_check(self, step, loss):
+def _keeping_check(self, step, loss, *args, **kwargs):
     _STEP_LOSSES.append((time.perf_counter(), step, loss))
-    return _check(self, step, loss)
+    return _check(self, step, loss, *args, **kwargs)
 
 
 def _with_series(row, records):

@@ -127,8 +127,11 @@ def _loop(ref, work, timings, running) -> None:
                     engine.monitor.on_event("round_skipped", round=round_id,
                                             why="loss scale: non-finite gradient")
             else:
+                sample = GradientSample(*stats)
                 engine.apply_finished(round_id, int(round(applied)), grad_norm=norm,
-                                      gradient=GradientSample(*stats))
+                                      gradient=sample)
+                coordinator.losses.round_applied(  # its tasks' loss check
+                    round_id, sample.loss, max(1, len(engine.rounds[round_id].tasks)))
         except Exception as e:  # pylint: disable=broad-except
             # A fault of ours past the apply must still end the fit: a dead apply
             # thread would leave every later round waiting for its apply.

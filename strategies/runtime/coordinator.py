@@ -161,7 +161,7 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
             source = (fn, args, kwargs)
         closure = self.dispatcher.task_closure(source)
         remote_value = closure.build_output_remote_value()
-        self.losses.keep(closure, remote_value)
+        self.losses.keep(closure, remote_value, by_round=kind == "round" and entry.loss_in_apply)
         self._wrap_fetch(remote_value)
         try:
             self.engine.submit(closure, kind, size)  # dispatch() attaches the engine's Task

@@ -18,10 +18,20 @@ small gradients; policies/diverge.py). The loss is the one each step returns
   loss fails the fit with a :class:`~tf_hetero.policies.diverge.DivergenceError`: through the
   engine (async under a gate), or as the closure queue's error (ASP), which ``fit``'s next
   ``schedule`` or ``join`` raises as TF raises a worker's error.
+- A round's task whose loss goes to the PS beside its gradients (tf_keras's ``minimize``,
+  Keras 3's ``_compute_loss``; not a step calling ``apply_gradients`` itself, not local
+  accumulation) is checked by its round instead: the round's apply reports the mean loss
+  of its batch (:meth:`LossWatch.round_applied`), so the task's result stays on its worker
+  (:meth:`LossWatch.copying`). That copy was a round trip on the worker's thread after every
+  task, and the one transfer seen to hang (docs/TF_INTERNALS.md, "A hang seen twice").
+  The result is still held: its values end the steps the round absorbed (``hand_on``),
+  and ``fit``'s logs copy the one ``fit`` keeps when it reads them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
 
 import tensorflow as tf
@@ -47,12 +57,37 @@ class LossWatch:
         self.generation = 0
         self.pending: dict = {}  # worker -> (generation, loss tensor) not checked yet
         self.outstanding = 0  # steps of this generation kept and not finished yet
+        #: A round's task whose loss reaches its apply is checked by its round, its result
+        #: left on its worker. False: every task's result is copied and checked, as before
+        #: (benchmarks/result_copy.py measures what the copies cost).
+        self.by_round = True
 
-    def keep(self, closure, remote_value) -> None:
-        """Holds ``remote_value`` (the step's result) until a worker ran ``closure``."""
+    def keep(self, closure, remote_value, *, by_round: bool = False) -> None:
+        """Holds ``remote_value`` (the step's result) until a worker ran ``closure``.
+        ``by_round``: the step's loss is checked by its round (:meth:`round_applied`),
+        and the result is not copied to the chief (:meth:`copying`)."""
         with self.lock:
-            tag_of(closure).output = (self.generation, remote_value)
+            by_round = by_round and self.by_round
+            tag_of(closure).output = (self.generation, remote_value, not by_round)
             self.outstanding += 1
+
+    def copying(self, closure):
+        """Around a worker thread's run of ``closure``: TF's copy of its result to the
+        chief, unless its round checks its loss (:func:`~tf_hetero.tfcompat.coordinator.
+        result_left_on_worker`)."""
+        tag = tag_of(closure)
+        kept = tag.output if tag is not None else None
+        if kept is None or kept[2]:
+            return contextlib.nullcontext()
+        return tfcompat.coordinator.result_left_on_worker(closure)
+
+    def round_applied(self, round_id: int, loss: float, steps: int = 1) -> None:
+        """Round ``round_id``'s apply reported the mean ``loss`` of its batch, ``steps`` of
+        fit's steps: checked as a step's is (NaN: a task of it pushed no loss, and its own
+        result is checked; or a gradient that was not finite, which the engine's gradient
+        check reports)."""
+        if self.by_round and math.isfinite(loss):
+            self._check(self.generation, loss, (round_id, steps))
 
     def reset(self) -> None:
         """A new ``fit``, or a divergence reached the user: a new reference loss."""
@@ -77,8 +112,8 @@ class LossWatch:
         at ``join``), by when the copy to the chief has arrived: reading it now would hold
         the worker's thread for a round trip (measured: ~4% of throughput at 20 ms steps)."""
         tag = tag_of(closure)
-        (generation, remote_value), tag.output = tag.output, None
-        loss = _loss_of(tfcompat.coordinator.fetched_tensors(remote_value))
+        (generation, remote_value, copied), tag.output = tag.output, None
+        loss = _loss_of(tfcompat.coordinator.fetched_tensors(remote_value)) if copied else None
         with self.lock:
             earlier = self.pending.pop(worker, None)
             if generation == self.generation:
@@ -103,15 +138,20 @@ class LossWatch:
         for generation, loss in pending:
             self._check(generation, loss)
 
-    def _check(self, generation: int, loss) -> None:
+    def _check(self, generation: int, loss, round_of: tuple | None = None) -> None:
+        """Checks ``loss``: a step's copied tensor (steps are counted), or the float of a
+        round (``round_of``: its id and its steps)."""
         if generation != self.generation:
             return
-        value = float(loss.numpy())
+        value = float(loss.numpy()) if isinstance(loss, tf.Tensor) else float(loss)
         with self.lock:
             if generation != self.generation:
                 return
             step, self.steps = self.steps, self.steps + 1
-            why = self.guard.check(step, value)
+            if round_of is None:
+                why = self.guard.check(step, value)
+            else:
+                why = self.guard.check(round_of[0], value, unit="round", steps=round_of[1])
             if why is not None:
                 self.generation += 1  # one error per fit: later steps are not checked
         if why is None:

@@ -423,7 +423,8 @@ class Failover:
         coordinator.dispatcher.last_accumulators = entry.accumulators
         new = coordinator.dispatcher.task_closure(
             (entry.accumulate_fn, (coordinator.code_tensor(NO_ROUND),) + args, kwargs))
-        coordinator.losses.keep(new, new.build_output_remote_value())
+        coordinator.losses.keep(new, new.build_output_remote_value(),
+                                by_round=entry.loss_in_apply)
         coordinator.losses.forget(old)
         carried, tag_of(old).echoes = tag_of(old).echoes, []
         tag_of(new).echoes.extend([e for e in carried if id(e) not in again] + [old])

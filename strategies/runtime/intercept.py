@@ -39,10 +39,13 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
 
     Yields a dict whose ``"calls"`` entry counts the intercepted ``apply_gradients`` calls
     (0 means the traced function is not a training step), ``"bytes"`` the size of the
-    gradients one call pushes and ``"applied"`` each tf_keras ``apply_gradients`` call's
-    ``(optimizer, variables)``, in call order.
+    gradients one call pushes, ``"applied"`` each tf_keras ``apply_gradients`` call's
+    ``(optimizer, variables)``, in call order, and ``"lossless"`` whether a call pushed no
+    loss beside its gradients (a step calling ``apply_gradients`` itself: its round's apply
+    reports no loss).
     """
-    record = {"calls": 0, "bytes": 0, "writes": [], "loss": None, "applied": []}
+    record = {"calls": 0, "bytes": 0, "writes": [], "loss": None, "applied": [],
+              "lossless": False}
 
     def apply_gradients(self, grads_and_vars, name=None, **kwargs):
         grads_and_vars = list(grads_and_vars)
@@ -74,6 +77,7 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
         if not grads_and_vars:
             return self.iterations
         record["calls"] += 1
+        record["lossless"] = record["lossless"] or record["loss"] is None
         record["bytes"] += sum(v.shape.num_elements() * v.dtype.size for _, v in grads_and_vars)
         # Legacy optimizers create `iterations` on first use: do it outside control deps.
         iterations = self.iterations

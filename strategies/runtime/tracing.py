@@ -30,8 +30,12 @@ class StepEntry:
     """How the coordinator runs one scheduled function."""
 
     def __init__(self, accumulate_fn=None, is_train: bool = False, keep=None, accumulators=(),
-                 step_fn=None):
+                 step_fn=None, loss_in_apply: bool = False):
         self.accumulate_fn = accumulate_fn
+        #: Each task's loss reaches its round's apply (pushed to the PS beside its gradients),
+        #: which reports the round's mean loss: the loss check reads that instead of copying
+        #: every task's result to the chief (runtime/divergence.py).
+        self.loss_in_apply = loss_in_apply
         #: A strategy whose mode switches (AutoStrategy), with sized rounds: the step as the
         #: user wrote it (its own update) reading ``size`` granules as one batch, i.e. one
         #: dataset batch as stock PSS's step does (``step_fn.of(size)(*args)``).
@@ -156,8 +160,11 @@ class StepTracer:
         if sized and self.config.switches_modes:
             step_fn = _StepsBySize(python_fn)
 
-        return StepEntry(accumulate_fn, is_train=record.get("calls", 0) > 0, keep=keep,
-                         accumulators=accs, step_fn=step_fn)
+        is_train = record.get("calls", 0) > 0
+        return StepEntry(accumulate_fn, is_train=is_train, keep=keep, accumulators=accs,
+                         step_fn=step_fn,
+                         # local buffers push no loss (local_push.py)
+                         loss_in_apply=is_train and not local and not record.get("lossless", True))
 
     def _build_optimizers(self, record) -> None:
         """Builds the tf_keras optimizers a step's trace saw, as their own first

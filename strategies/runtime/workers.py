@@ -127,7 +127,8 @@ def _instrument(coordinator, worker, attempt, versions):
         steps = coordinator.failover.steps if (
             engine is None and tag is not None and coordinator.failover is not None) else None
         if steps is None:
-            process(closure)
+            with coordinator.losses.copying(closure):  # a round's task: its result stays
+                process(closure)
         else:  # ASP under failover: the step counts, may take the copy, or is failed over
             steps.step_begins()
             attempt.open_step = steps

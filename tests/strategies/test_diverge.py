@@ -68,6 +68,37 @@ def test_a_sane_asynchronous_fit_is_not_stopped_and_every_step_loss_is_checked(c
     assert strategy._cluster_coordinator.losses.steps == 40
 
 
+@pytest.mark.parametrize("name", ["hps", "asp"])
+def test_a_round_task_result_stays_on_its_worker_and_its_round_checks_its_loss(
+        cluster, name, monkeypatch):
+    """TF copies each closure's result to the chief after running it, while someone holds
+    it (the loss check holds every step's). A round's tasks, whose loss their round's apply
+    reports, leave theirs on the worker: the copies left are ``fit``'s own reads of its
+    logs (ASP: every step's, its only loss check)."""
+    from tensorflow.python.distribute.coordinator import values
+
+    from tf_hetero.strategies import registry
+
+    copies = []
+    stock = values.RemoteValueImpl._copy_to_local
+
+    def counting(self):
+        copies.append(self)
+        return stock(self)
+
+    monkeypatch.setattr(values.RemoteValueImpl, "_copy_to_local", counting)
+    strategy = registry.make(name, cluster.resolver)
+    steps = 40
+    _fit(strategy, lr=0.05, steps=steps)
+    losses = strategy._cluster_coordinator.losses
+    if name == "asp":
+        assert len(copies) >= steps and losses.steps == steps
+    else:
+        rounds = [r for r in strategy.engine.rounds if r.applied > 0]
+        assert len(copies) <= 2, f"{len(copies)} results of {steps} steps copied to the chief"
+        assert losses.steps == len(rounds) >= 2  # each round's loss was checked
+
+
 def _collapsing_fit(strategy, epochs=3, steps=100):
     """A ReLU regression that learns in its first epoch; then its bias is set far below
     zero (every output 0: a dead ReLU, as a too-high rate leaves one), so its loss goes back
@@ -100,15 +131,17 @@ def _collapsing_fit(strategy, epochs=3, steps=100):
 @pytest.mark.parametrize("name", ["asp", "bsp", "hps"])
 def test_a_collapsed_fit_stops_with_one_line_though_its_loss_stays_finite(cluster, name):
     """A collapse (loss back at its start after it came down) shows in no gradient norm and
-    no NaN: the loss check of every step stops it."""
+    no NaN: the loss check stops it, of every step (ASP) or of every round (the mean loss
+    its apply reports: its tasks' results stay on their workers)."""
     import tf_hetero
     from tf_hetero.strategies import registry
 
     strategy = registry.make(name, cluster.resolver)
+    unit = "step" if name in ASYNC else "round"
     with pytest.raises(tf_hetero.DivergenceError,
-                       match=r"^tf-hetero: training diverged: the loss of step \d+ is .*, back "
-                             r"above where it started .* training collapsed\. Fix: lower the "
-                             r"learning rate"):
+                       match=rf"^tf-hetero: training diverged: the loss of {unit} \d+ is .*, "
+                             r"back above where it started .* training collapsed\. Fix: lower "
+                             r"the learning rate"):
         _collapsing_fit(strategy)
     # The same strategy fits again (a new reference loss): two epochs that only learn.
     model = _fit(strategy, lr=0.05, steps=6)

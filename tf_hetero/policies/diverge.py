@@ -46,6 +46,14 @@ class LossGuard(DivergenceGuard):
     [None, None]
     >>> g.check(8, 2.35)
     'the loss of step 8 is 2.35, back above where it started (2.3) for 3 steps after falling to 0.6: training collapsed'
+
+    A round's mean loss (a round strategy's apply reports it) counts its steps:
+
+    >>> g = LossGuard(reference_rounds=2, patience=8, applied_on_worker=False)
+    >>> [g.check(r, x, unit="round", steps=4) for r, x in enumerate([2.3, 2.3, 0.6, 2.4])]
+    [None, None, None, None]
+    >>> g.check(4, 2.4, unit="round", steps=4)
+    'the loss of round 4 is 2.4, back above where it started (2.3) for 8 steps after falling to 0.6: training collapsed'
     """
 
     unit = "step"
@@ -64,7 +72,13 @@ class LossGuard(DivergenceGuard):
         self.drop, self.patience = drop, patience
         self.low, self.above = math.inf, 0
 
-    def check(self, round_id: int, norm: float) -> str | None:
+    def check(self, round_id: int, norm: float, unit: str = "step", steps: int = 1
+              ) -> str | None:
+        """Why the loss ``norm`` of step ``round_id`` shows divergence or a collapse, or
+        ``None``. ``unit="round"``: the mean loss of a round of ``steps`` steps (counted
+        as that many towards ``patience``); steps and rounds may be mixed (a strategy that
+        switches modes), both being a mean loss per sample."""
+        self.unit = unit
         if self.applied_on_worker:
             why = super().check(round_id, norm)
             if why is not None:
@@ -81,7 +95,7 @@ class LossGuard(DivergenceGuard):
         # a loss that never came down is the learning rate's business (too low, or a problem
         # the model cannot learn), not a divergence.
         if self.low < (1 - self.drop) * start and norm >= start:
-            self.above += 1
+            self.above += steps
         else:
             self.above = 0
         if self.above >= self.patience:
@@ -95,9 +109,9 @@ class LossGuard(DivergenceGuard):
         self.low, self.above = math.inf, 0
 
     def _quantity(self, index: int) -> str:
-        return f"the loss of step {index}"
+        return f"the loss of {self.unit} {index}"
 
     def _not_finite(self, index: int) -> str:
-        return (f"the loss of step {index} is not finite (NaN/Inf): the weights may hold "
+        return (f"the loss of {self.unit} {index} is not finite (NaN/Inf): the weights may hold "
                 "NaN/Inf now (each step is applied on its worker, as under stock "
                 "ParameterServerStrategy)")

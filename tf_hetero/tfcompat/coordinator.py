@@ -28,7 +28,7 @@ __all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "
            "stop_cluster", "hook_worker", "time_closures",
            "set_first_arg", "output_built", "call_flat", "FlatCaller",
            "remote_value_ready", "remote_values", "fetched_tensors", "set_remote_value",
-           "wrap_remote_wait", "being_scheduled"]
+           "wrap_remote_wait", "result_left_on_worker", "being_scheduled"]
 
 #: The public classes, re-exported so that callers import nothing from ``tensorflow.python``.
 ClusterCoordinator = cc.ClusterCoordinator
@@ -417,6 +417,38 @@ def wrap_remote_wait(remote_value, make: Callable[[Callable[[], None]], Callable
     """Wraps the wait behind a ``RemoteValue``'s ``fetch``/``get``
     (``_wait_and_maybe_error``): ``make`` takes TF's and returns its replacement."""
     remote_value._wait_and_maybe_error = make(remote_value._wait_and_maybe_error)
+
+
+@contextlib.contextmanager
+def result_left_on_worker(closure) -> Iterator[None]:
+    """While this thread processes ``closure``: no copy of its result to the chief.
+
+    After running a closure whose result someone holds, TF's worker thread copies the result
+    to the chief (``Worker._process_closure``: ``r.get()``, an ``identity`` on the chief that
+    receives each tensor: a round trip on the worker's thread, with no timeout of its own;
+    docs/TF_INTERNALS.md, "A hang seen twice"). Within this block that call, on this thread,
+    only waits for the result (raising its error, as TF's ``get`` would); the result's values
+    are set as usual (``_values``: remote handles) and a ``get``/``fetch`` from another
+    thread (``fit``'s logs) copies them, as TF's would.
+    """
+    ref = closure._output_remote_value_ref
+    remote_value = ref() if ref is not None else None
+    if remote_value is None:  # nobody holds the result: TF copies nothing anyway
+        yield
+        return
+    thread, stock = threading.get_ident(), type(remote_value).get
+
+    def get():
+        if threading.get_ident() == thread:
+            remote_value._wait_and_maybe_error()
+            return None
+        return stock(remote_value)
+
+    remote_value.get = get
+    try:
+        yield
+    finally:
+        del remote_value.get  # the class's again (and no cycle through ``get``)
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ class _Result:
 
 class _Round:
     abandoned = False
+    tasks = ["a", "b", "c"]
 
 
 class _Engine:
@@ -49,6 +50,14 @@ class _Failover:
         return True
 
 
+class _Losses:
+    def __init__(self, engine):
+        self.engine = engine
+
+    def round_applied(self, round_id, loss, steps):  # the loss check of the round's tasks
+        self.engine.log.append(("loss", round_id, loss, steps))
+
+
 class _Strategy:
     def scope(self):
         return contextlib.nullcontext()
@@ -60,6 +69,7 @@ class _Coordinator:
     def __init__(self, done):
         self.engine = _Engine()
         self.failover = _Failover(self.engine, done)
+        self.losses = _Losses(self.engine)
         self.strategy = _Strategy()
 
 
@@ -71,5 +81,6 @@ def test_an_update_whose_copy_met_a_dead_ps_is_booked_before_the_failover_takes_
     assert done.wait(10), "the failover was never handed the copy's error"
     applier.stop()
     engine = coordinator.engine
-    assert engine.log == [("booked", 7, 3), ("failover", "the copy read a dead PS")]
+    assert engine.log == [("booked", 7, 3), ("loss", 7, 1.0, 3),
+                          ("failover", "the copy read a dead PS")]
     assert coordinator.failover.applied == 1 and not engine.failed
