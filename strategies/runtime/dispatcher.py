@@ -166,7 +166,7 @@ class ClosureDispatcher:
         @tf.function(autograph=False)
         def fn(weights, expected, scale, max_norm):
             # Each: [micro-batches, gradient norm, units, lanes, mean_sq, lane_sq, loss,
-            # skipped] (accumulate.GRADIENT_STATS). The accumulators share the round's
+            # skipped] (round_apply.GRADIENT_STATS). The accumulators share the round's
             # lanes, so counts come from the first; squared norms add up over the
             # variables; the loss is the first set's (the one its step's `minimize` was
             # given); a LossScaleOptimizer's skip is a skip of the round.

@@ -8,7 +8,7 @@ schedule reaches its boundaries after the same progress, whatever the batch. The
 ``iterations`` still counts updates; the schedule is evaluated at ``iterations + extra``, where
 ``extra`` (a variable beside the optimizer's) is the sum of ``g - 1`` over the rounds applied
 so far. A round's apply adds its ``g - 1`` after its update
-(:meth:`~tf_hetero.strategies.runtime.accumulate.Accumulators.make_apply_fn`).
+(:func:`~tf_hetero.strategies.runtime.round_apply.make_apply_fn`).
 
 >>> import tf_keras as keras
 >>> base = keras.optimizers.schedules.PiecewiseConstantDecay([10], [0.1, 0.01])
