@@ -25,12 +25,12 @@ def _until(condition, timeout_s=30.0):
 
 
 def test_the_sampler_reads_weights_while_fit_runs_and_evaluates_them_after():
-    from tf_hetero.tools.benchrow import _AccuracySampler
+    from tf_hetero.tools.sampler import AccuracySampler
 
     trained, twin = _model(), _model()
     x, y = np.ones((4, 1), np.float32), np.zeros(4, np.int64)
     class_0, class_1 = np.array([[1.0, 0.0]], np.float32), np.array([[0.0, 1.0]], np.float32)
-    sampler = _AccuracySampler(trained, twin, x, y, interval=0.01)
+    sampler = AccuracySampler(trained, twin, x, y, interval=0.01)
     evaluated = []
     evaluate = sampler.accuracy
     sampler.accuracy = lambda weights: evaluated.append(weights) or evaluate(weights)
@@ -55,10 +55,10 @@ def test_the_sampler_reads_weights_while_fit_runs_and_evaluates_them_after():
 
 
 def test_the_weights_kept_are_bounded_and_the_sampler_says_when_it_thins_them(capsys):
-    from tf_hetero.tools.benchrow import _AccuracySampler
+    from tf_hetero.tools.sampler import AccuracySampler
 
     trained = _model()
-    sampler = _AccuracySampler(trained, _model(), np.ones((4, 1), np.float32),
+    sampler = AccuracySampler(trained, _model(), np.ones((4, 1), np.float32),
                                np.zeros(4, np.int64), interval=0.01)
     sampler.MAX_BYTES = 5 * 8  # a sample holds 2 float32 (8 bytes): the sixth one thins
     sampler.start(time.perf_counter())

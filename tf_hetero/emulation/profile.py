@@ -63,95 +63,19 @@ import dataclasses
 import json
 import math
 import os
-import re
 from typing import Any, Mapping
 
 import numpy as np
 
 from tf_hetero import env as _env
+from tf_hetero.emulation import profile_fields as pf
+from tf_hetero.emulation.profile_fields import Change, HardwareClass, Interference, ProfileError
 
 __all__ = ["Profile", "ProfileError", "HardwareClass", "Change", "Interference", "PROFILE_ENV"]
 
 #: Environment variable through which ``tf-hetero run --profile`` hands the profile to the
 #: training program (the chief), which applies it with :func:`tf_hetero.emulate`.
 PROFILE_ENV = _env.PROFILE
-
-
-class ProfileError(ValueError):
-    """A heterogeneity profile that cannot be used; the message names the value and the fix."""
-
-
-@dataclasses.dataclass(frozen=True)
-class HardwareClass:
-    name: str
-    count: int
-    slowdown: float
-
-
-@dataclasses.dataclass(frozen=True)
-class Change:
-    """From its task ``at_task`` on, ``worker`` runs ``slowdown`` times slower than base."""
-
-    worker: int
-    at_task: int
-    slowdown: float
-
-
-@dataclasses.dataclass(frozen=True)
-class Interference:
-    """PS ``ps`` serves ``factor`` times slower during ``on_s`` seconds of every ``period_s``
-    (wall clock, phase 0 at the Unix epoch): a noisy neighbour on the server's machine."""
-
-    ps: int
-    factor: float
-    on_s: float
-    period_s: float
-
-
-def _factors(value: str, index_what: str, factor_what: str) -> tuple:
-    """``"3:4,2:2"`` as ``((3, 4.0), (2, 2.0))``: task indices and their slowdown factors."""
-    pairs = [p.split(":") for p in value.split(",")]
-    return tuple((_index(index_what, i), _positive(factor_what, f)) for i, f in pairs)
-
-
-def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ProfileError(f"Profile field {name!r} must be a number; received {value!r}.") from None
-    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ProfileError(f"Profile field {name!r} must be a finite number {bound}; received {value!r}.")
-    return v
-
-
-def _num(x: float) -> str:
-    """Shortest text that parses back to the same float (``4`` rather than ``4.0``)."""
-    text = repr(float(x))
-    return text[:-2] if text.endswith(".0") else text
-
-
-_CLASS_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-def _index(name: str, value: Any) -> int:
-    try:
-        i = int(str(value))
-    except ValueError:
-        raise ProfileError(
-            f"Profile field {name!r} must be a non-negative integer; received {value!r}.") from None
-    if i < 0:
-        raise ProfileError(f"Profile field {name!r} must be a non-negative integer; received {value!r}.")
-    return i
-
-
-def _interference(part: str) -> Interference:
-    """``PS:FACTOR@ON/PERIOD``, e.g. ``0:4@1/5``."""
-    ps, rest = part.split(":")
-    factor, window = rest.split("@")
-    on, period = window.split("/")
-    return Interference(_index("ps_interfere PS", ps), _positive("ps_interfere factor", factor),
-                        _positive("ps_interfere on_s", on), _positive("ps_interfere period_s", period))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,38 +97,38 @@ class Profile:
     ps_interfere: tuple[Interference, ...] = ()
 
     def __post_init__(self):
-        _positive("base_ms", self.base_ms)
+        pf.positive("base_ms", self.base_ms)
         for r in self.link_mbps:
-            _positive("link", r)
+            pf.positive("link", r)
         for r in self.ps_mbps:
-            _positive("ps_mbps", r)
+            pf.positive("ps_mbps", r)
         for p, f in self.ps_slow:
-            _index("ps_slow PS", p)
-            _positive("ps_slow factor", f)
+            pf.index("ps_slow PS", p)
+            pf.positive("ps_slow factor", f)
         for i in self.ps_interfere:
-            _index("ps_interfere PS", i.ps)
-            _positive("ps_interfere factor", i.factor)
-            _positive("ps_interfere on_s", i.on_s)
-            _positive("ps_interfere period_s", i.period_s)
+            pf.index("ps_interfere PS", i.ps)
+            pf.positive("ps_interfere factor", i.factor)
+            pf.positive("ps_interfere on_s", i.on_s)
+            pf.positive("ps_interfere period_s", i.period_s)
             if i.on_s > i.period_s:
                 raise ProfileError(
-                    f"ps_interfere on PS {i.ps}: {_num(i.on_s)} s on in every {_num(i.period_s)} s "
+                    f"ps_interfere on PS {i.ps}: {pf.num(i.on_s)} s on in every {pf.num(i.period_s)} s "
                     "is more than the period. Fix: on_s <= period_s, e.g. ps_interfere=0:4@1/5.")
         if (self.ps_slow or self.ps_interfere) and not self.ps_mbps:
             raise ProfileError(
                 "ps_slow and ps_interfere scale a PS's service rate, but the profile sets none. "
                 "Fix: add ps_mbps=RATE (MB/s each PS serves), e.g. 'ps_mbps=4;ps_slow=1:3'.")
         for s in self.slowdowns:
-            _positive("slowdowns", s)
+            pf.positive("slowdowns", s)
         for w, s in self.slow:
-            _index("slow worker", w)
-            _positive("slow factor", s)
+            pf.index("slow worker", w)
+            pf.positive("slow factor", s)
         for c in self.classes:
-            if not _CLASS_NAME.match(c.name):
+            if not pf.CLASS_NAME.match(c.name):
                 raise ProfileError(
                     f"Hardware class name {c.name!r} may use only letters, digits, '_', '-' and "
                     "'.'. Fix: rename it, e.g. 'k80'.")
-            _positive(f"classes[{c.name}] factor", c.slowdown)
+            pf.positive(f"classes[{c.name}] factor", c.slowdown)
             if c.count < 1:
                 raise ProfileError(
                     f"Hardware class {c.name!r} has count {c.count}; a class needs at least 1 worker.")
@@ -221,14 +145,14 @@ class Profile:
                 f"Straggler factor k must be >= 1 (a straggler is slower); received {self.straggle_k!r}.")
         changed: set[int] = set()
         for c in self.changes:
-            _index("change worker", c.worker)
-            _index("change at_task", c.at_task)
-            _positive("change slowdown", c.slowdown)
+            pf.index("change worker", c.worker)
+            pf.index("change at_task", c.at_task)
+            pf.positive("change slowdown", c.slowdown)
             if c.worker in changed:
                 raise ProfileError(f"Profile has two changes for worker {c.worker}; only one per "
                                    "worker is supported. Fix: keep one.")
             changed.add(c.worker)
-        _index("seed", self.seed)
+        pf.index("seed", self.seed)
         if self.horizon < 1:
             raise ProfileError(f"Profile horizon must be >= 1; received {self.horizon!r}.")
 
@@ -272,41 +196,41 @@ class Profile:
                     f"Profile item {item!r} is not KEY=VALUE. Fix: e.g. 'slow=3:4;straggle=0.1x5'.")
             try:
                 if key == "base_ms":
-                    fields["base_ms"] = _positive("base_ms", value)
+                    fields["base_ms"] = pf.positive("base_ms", value)
                 elif key == "slowdowns":
-                    fields["slowdowns"] = tuple(_positive("slowdowns", v) for v in value.split(","))
+                    fields["slowdowns"] = tuple(pf.positive("slowdowns", v) for v in value.split(","))
                 elif key == "slow":
-                    fields["slow"] = _factors(value, "slow worker", "slow factor")
+                    fields["slow"] = pf.factors(value, "slow worker", "slow factor")
                 elif key == "classes":
                     classes = []
                     for part in value.split(","):
                         name, rest = part.split(":")
                         count, factor = rest.split("@")
-                        classes.append(HardwareClass(name.strip(), _index("class count", count),
-                                                     _positive("class factor", factor)))
+                        classes.append(HardwareClass(name.strip(), pf.index("class count", count),
+                                                     pf.positive("class factor", factor)))
                     fields["classes"] = tuple(classes)
                 elif key == "straggle":
                     p, k = value.lower().split("x")
-                    fields["straggle_p"] = _positive("straggle p", p, allow_zero=True)
-                    fields["straggle_k"] = _positive("straggle k", k)
+                    fields["straggle_p"] = pf.positive("straggle p", p, allow_zero=True)
+                    fields["straggle_k"] = pf.positive("straggle k", k)
                 elif key == "change":
                     changes = []
                     for part in value.split(","):
                         w, rest = part.split("@")
                         at, factor = rest.split(":")
-                        changes.append(Change(_index("change worker", w), _index("change at_task", at),
-                                              _positive("change slowdown", factor)))
+                        changes.append(Change(pf.index("change worker", w), pf.index("change at_task", at),
+                                              pf.positive("change slowdown", factor)))
                     fields["changes"] = tuple(changes)
                 elif key in ("seed", "horizon"):
-                    fields[key] = _index(key, value)
+                    fields[key] = pf.index(key, value)
                 elif key == "link":
-                    fields["link_mbps"] = tuple(_positive("link", v) for v in value.split(","))
+                    fields["link_mbps"] = tuple(pf.positive("link", v) for v in value.split(","))
                 elif key == "ps_mbps":
-                    fields["ps_mbps"] = tuple(_positive("ps_mbps", v) for v in value.split(","))
+                    fields["ps_mbps"] = tuple(pf.positive("ps_mbps", v) for v in value.split(","))
                 elif key == "ps_slow":
-                    fields["ps_slow"] = _factors(value, "ps_slow PS", "ps_slow factor")
+                    fields["ps_slow"] = pf.factors(value, "ps_slow PS", "ps_slow factor")
                 elif key == "ps_interfere":
-                    fields["ps_interfere"] = tuple(_interference(part) for part in value.split(","))
+                    fields["ps_interfere"] = tuple(pf.interference(part) for part in value.split(","))
                 else:
                     raise ProfileError(
                         f"Unknown profile key {key!r} in {item!r}. Known keys: base_ms, slowdowns, "
@@ -333,43 +257,43 @@ class Profile:
         fields: dict[str, Any] = {}
         try:
             if "base_ms" in data:
-                fields["base_ms"] = _positive("base_ms", data["base_ms"])
+                fields["base_ms"] = pf.positive("base_ms", data["base_ms"])
             if "slowdowns" in data:
-                fields["slowdowns"] = tuple(_positive("slowdowns", v) for v in data["slowdowns"])
+                fields["slowdowns"] = tuple(pf.positive("slowdowns", v) for v in data["slowdowns"])
             if "slow" in data:
-                fields["slow"] = tuple((_index("slow worker", w), _positive("slow factor", s))
+                fields["slow"] = tuple((pf.index("slow worker", w), pf.positive("slow factor", s))
                                        for w, s in dict(data["slow"]).items())
             if "classes" in data:
                 fields["classes"] = tuple(
-                    HardwareClass(str(c["name"]), _index("class count", c["count"]),
-                                  _positive("class factor", c["slowdown"])) for c in data["classes"])
+                    HardwareClass(str(c["name"]), pf.index("class count", c["count"]),
+                                  pf.positive("class factor", c["slowdown"])) for c in data["classes"])
             if "straggle" in data:
-                fields["straggle_p"] = _positive("straggle p", data["straggle"]["p"], allow_zero=True)
-                fields["straggle_k"] = _positive("straggle k", data["straggle"]["k"])
+                fields["straggle_p"] = pf.positive("straggle p", data["straggle"]["p"], allow_zero=True)
+                fields["straggle_k"] = pf.positive("straggle k", data["straggle"]["k"])
             if "change" in data:
                 fields["changes"] = tuple(
-                    Change(_index("change worker", c["worker"]), _index("change at_task", c["at_task"]),
-                           _positive("change slowdown", c["slowdown"])) for c in data["change"])
+                    Change(pf.index("change worker", c["worker"]), pf.index("change at_task", c["at_task"]),
+                           pf.positive("change slowdown", c["slowdown"])) for c in data["change"])
             for key in ("seed", "horizon"):
                 if key in data:
-                    fields[key] = _index(key, data[key])
+                    fields[key] = pf.index(key, data[key])
             if "link" in data:
                 link = data["link"]
-                fields["link_mbps"] = tuple(_positive("link", v) for v in (
+                fields["link_mbps"] = tuple(pf.positive("link", v) for v in (
                     link if isinstance(link, (list, tuple)) else [link]))
             if "ps_mbps" in data:
                 rate = data["ps_mbps"]
-                fields["ps_mbps"] = tuple(_positive("ps_mbps", v) for v in (
+                fields["ps_mbps"] = tuple(pf.positive("ps_mbps", v) for v in (
                     rate if isinstance(rate, (list, tuple)) else [rate]))
             if "ps_slow" in data:
-                fields["ps_slow"] = tuple((_index("ps_slow PS", p), _positive("ps_slow factor", f))
+                fields["ps_slow"] = tuple((pf.index("ps_slow PS", p), pf.positive("ps_slow factor", f))
                                           for p, f in dict(data["ps_slow"]).items())
             if "ps_interfere" in data:
                 fields["ps_interfere"] = tuple(
-                    Interference(_index("ps_interfere PS", i["ps"]),
-                                 _positive("ps_interfere factor", i["factor"]),
-                                 _positive("ps_interfere on_s", i["on_s"]),
-                                 _positive("ps_interfere period_s", i["period_s"]))
+                    Interference(pf.index("ps_interfere PS", i["ps"]),
+                                 pf.positive("ps_interfere factor", i["factor"]),
+                                 pf.positive("ps_interfere on_s", i["on_s"]),
+                                 pf.positive("ps_interfere period_s", i["period_s"]))
                     for i in data["ps_interfere"])
         except (KeyError, TypeError, AttributeError) as e:
             raise ProfileError(f"Profile in {source} is malformed near {e!s}; see the JSON layout "
@@ -384,28 +308,28 @@ class Profile:
     # ----------------------------------------------------------------- queries
     def spec(self) -> str:
         """An inline spec that :meth:`parse` turns back into an equal profile."""
-        items = [f"base_ms={_num(self.base_ms)}"]
+        items = [f"base_ms={pf.num(self.base_ms)}"]
         if self.slowdowns:
-            items.append("slowdowns=" + ",".join(_num(s) for s in self.slowdowns))
+            items.append("slowdowns=" + ",".join(pf.num(s) for s in self.slowdowns))
         if self.slow:
-            items.append("slow=" + ",".join(f"{w}:{_num(s)}" for w, s in self.slow))
+            items.append("slow=" + ",".join(f"{w}:{pf.num(s)}" for w, s in self.slow))
         if self.classes:
-            items.append("classes=" + ",".join(f"{c.name}:{c.count}@{_num(c.slowdown)}"
+            items.append("classes=" + ",".join(f"{c.name}:{c.count}@{pf.num(c.slowdown)}"
                                                for c in self.classes))
         if self.straggle_p or self.straggle_k != 1.0:
-            items.append(f"straggle={_num(self.straggle_p)}x{_num(self.straggle_k)}")
+            items.append(f"straggle={pf.num(self.straggle_p)}x{pf.num(self.straggle_k)}")
         if self.changes:
-            items.append("change=" + ",".join(f"{c.worker}@{c.at_task}:{_num(c.slowdown)}"
+            items.append("change=" + ",".join(f"{c.worker}@{c.at_task}:{pf.num(c.slowdown)}"
                                               for c in self.changes))
         if self.link_mbps:
-            items.append("link=" + ",".join(_num(r) for r in self.link_mbps))
+            items.append("link=" + ",".join(pf.num(r) for r in self.link_mbps))
         if self.ps_mbps:
-            items.append("ps_mbps=" + ",".join(_num(r) for r in self.ps_mbps))
+            items.append("ps_mbps=" + ",".join(pf.num(r) for r in self.ps_mbps))
         if self.ps_slow:
-            items.append("ps_slow=" + ",".join(f"{p}:{_num(f)}" for p, f in self.ps_slow))
+            items.append("ps_slow=" + ",".join(f"{p}:{pf.num(f)}" for p, f in self.ps_slow))
         if self.ps_interfere:
             items.append("ps_interfere=" + ",".join(
-                f"{i.ps}:{_num(i.factor)}@{_num(i.on_s)}/{_num(i.period_s)}" for i in self.ps_interfere))
+                f"{i.ps}:{pf.num(i.factor)}@{pf.num(i.on_s)}/{pf.num(i.period_s)}" for i in self.ps_interfere))
         items += [f"seed={self.seed}", f"horizon={self.horizon}"]
         return ";".join(items)
 

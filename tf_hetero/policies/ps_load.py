@@ -1,5 +1,6 @@
 """The load model of rebalancing: units on PS tasks, each PS's load per service rate, the
-move that lowers the largest one (pure).
+move that lowers the largest one, and the moves an undo bars for a while (:class:`Tabu`)
+(pure).
 
 A *unit* is a variable or a shard that can move, given as ``name -> (PS, load)``: the PS it
 is on and the bytes it moves per step (bytes x accesses). A PS's load is the sum of its
@@ -19,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Collection, Mapping, Sequence
 
-__all__ = ["Move", "Units", "ps_loads", "candidates", "best_move", "evacuate", "gap",
+__all__ = ["Move", "Units", "Tabu", "ps_loads", "candidates", "best_move", "evacuate", "gap",
            "saving", "probed_service"]
 
 #: name -> ``(PS, load)``: where each movable unit is and the bytes it moves per step.
@@ -174,3 +175,27 @@ def probed_service(units: Units, probed: Sequence) -> float:
     """
     return max(load * float(p[0]) + (2 * p[1] if load > 0 else 0.0)
                for load, p in zip(ps_loads(units, len(probed)), probed))
+
+
+class Tabu:
+    """``(unit, PS)`` pairs an undo bars from proposals: ``retry_after`` decisions, twice as
+    long for each earlier undo of the same pair.
+
+    >>> t = Tabu(retry_after=2)
+    >>> t.ban(("b", 1), now=1); t.barred(now=2), t.barred(now=3)
+    ({('b', 1)}, set())
+    >>> t.ban(("b", 1), now=3); t.barred(now=6)   # undone a second time: 4 decisions
+    {('b', 1)}
+    """
+
+    def __init__(self, retry_after: int):
+        self.retry_after = retry_after
+        self._until: dict[tuple[str, int], int] = {}  # pair -> decision it expires
+        self._undos: dict[tuple[str, int], int] = {}  # pair -> times undone
+
+    def ban(self, pair: tuple[str, int], now: int) -> None:
+        self._undos[pair] = self._undos.get(pair, 0) + 1
+        self._until[pair] = now + self.retry_after * 2 ** (self._undos[pair] - 1)
+
+    def barred(self, now: int) -> set[tuple[str, int]]:
+        return {pair for pair, until in self._until.items() if until > now}

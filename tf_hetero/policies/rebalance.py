@@ -112,36 +112,12 @@ import random
 from typing import Sequence
 
 from tf_hetero.policies.placement import parse_active  # the one check of an active set
-from tf_hetero.policies.ps_load import (Move, Units, best_move, candidates, evacuate, gap,
-                                        probed_service, saving)
+from tf_hetero.policies.ps_load import (Move, Tabu, Units, best_move, candidates, evacuate,
+                                        gap, probed_service, saving)
 from tf_hetero.policies.ps_rates import RateEstimator, fit_rates, probed_rates
 from tf_hetero.policies.rebalance_config import DEFAULT_FIRST_WINDOW, RebalanceConfig
 
 __all__ = ["Move", "RebalanceConfig", "RebalanceController", "Tabu", "make", "fit_rates"]
-
-
-class Tabu:
-    """``(unit, PS)`` pairs an undo bars from proposals: ``retry_after`` decisions, twice as
-    long for each earlier undo of the same pair.
-
-    >>> t = Tabu(retry_after=2)
-    >>> t.ban(("b", 1), now=1); t.barred(now=2), t.barred(now=3)
-    ({('b', 1)}, set())
-    >>> t.ban(("b", 1), now=3); t.barred(now=6)   # undone a second time: 4 decisions
-    {('b', 1)}
-    """
-
-    def __init__(self, retry_after: int):
-        self.retry_after = retry_after
-        self._until: dict[tuple[str, int], int] = {}  # pair -> decision it expires
-        self._undos: dict[tuple[str, int], int] = {}  # pair -> times undone
-
-    def ban(self, pair: tuple[str, int], now: int) -> None:
-        self._undos[pair] = self._undos.get(pair, 0) + 1
-        self._until[pair] = now + self.retry_after * 2 ** (self._undos[pair] - 1)
-
-    def barred(self, now: int) -> set[tuple[str, int]]:
-        return {pair for pair, until in self._until.items() if until > now}
 
 
 class RebalanceController:
