@@ -160,14 +160,17 @@ def _scaled(accs, grads, factor, finite):
     return kept
 
 def _round_loss(accs, own, n_own):
-    """In the apply, on the losses' PS: the mean loss of the round's own lanes (NaN if
-    one of them was written without a loss)."""
+    """In the apply, on the losses' PS: the mean loss of the round's own lanes; NaN if
+    one of them was written without a loss, or if it has none (a round that only folds
+    late shares in: a 0 there once passed for a loss, and a loss check took it for the
+    lowest loss of the fit)."""
     with tf.device(accs.losses.device):
         own64 = tf.cast(own, tf.float64)
         loss = (tf.reduce_sum(tf.where(own64 > 0, accs.losses, 0.0))
                 / tf.maximum(tf.cast(n_own, tf.float64), 1e-6))
-        return tf.where(tf.reduce_any(tf.math.is_nan(accs.losses) & (own64 > 0)),
-                        tf.constant(float("nan"), tf.float64), loss)
+        unknown = (tf.reduce_any(tf.math.is_nan(accs.losses) & (own64 > 0))
+                   | tf.logical_not(n_own > 0))
+        return tf.where(unknown, tf.constant(float("nan"), tf.float64), loss)
 
 def _sparse_mean(accs, i, w, gens, n, scale) -> tf.IndexedSlices:
     """In the apply, on the PS: the rows of variable ``i`` that the included lanes wrote
