@@ -24,8 +24,10 @@ small gradients; policies/diverge.py). The loss is the one each step returns
   of its batch (:meth:`LossWatch.round_applied`), so the task's result stays on its worker
   (:meth:`LossWatch.copying`). That copy was a round trip on the worker's thread after every
   task, and the one transfer seen to hang (docs/TF_INTERNALS.md, "A hang seen twice").
-  The result is still held: its values end the steps the round absorbed (``hand_on``),
-  and ``fit``'s logs copy the one ``fit`` keeps when it reads them.
+  The result is still held: its values end the steps the round absorbed (``hand_on``).
+  ``join`` copies the last step's, which ``fit`` holds for its logs, as TF's worker thread
+  would have, so a worker lost after it ran that step does not take it along
+  (:meth:`LossWatch.flush`); a custom loop's other results are copied when it reads them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import weakref
 
 import tensorflow as tf
 
@@ -61,6 +64,11 @@ class LossWatch:
         #: left on its worker. False: every task's result is copied and checked, as before
         #: (benchmarks/result_copy.py measures what the copies cost).
         self.by_round = True
+        #: The last result left on its worker (a weak reference): ``fit`` holds it for its
+        #: logs, and ``join`` copies it, as TF would have after running it. (Not every
+        #: result left: the wrapped fetch keeps each alive until the garbage collector
+        #: runs, so "still alive" does not mean "still held".)
+        self.last_left = None
 
     def keep(self, closure, remote_value, *, by_round: bool = False) -> None:
         """Holds ``remote_value`` (the step's result) until a worker ran ``closure``.
@@ -70,6 +78,8 @@ class LossWatch:
             by_round = by_round and self.by_round
             tag_of(closure).output = (self.generation, remote_value, not by_round)
             self.outstanding += 1
+            if by_round:
+                self.last_left = weakref.ref(remote_value)
 
     def copying(self, closure):
         """Around a worker thread's run of ``closure``: TF's copy of its result to the
@@ -135,8 +145,14 @@ class LossWatch:
             self.lock.wait_for(lambda: self.outstanding <= 0 or queue.error is not None,
                                timeout=timeout_s)
             pending, self.pending = list(self.pending.values()), {}
+            last, self.last_left = self.last_left, None
         for generation, loss in pending:
             self._check(generation, loss)
+        if last is not None:
+            try:
+                tfcompat.coordinator.copy_to_chief(last())
+            except Exception:  # pylint: disable=broad-except
+                pass  # its worker is gone: fit's own read of it raises that, translated
 
     def _check(self, generation: int, loss, round_of: tuple | None = None) -> None:
         """Checks ``loss``: a step's copied tensor (steps are counted), or the float of a

@@ -73,8 +73,8 @@ def test_a_round_task_result_stays_on_its_worker_and_its_round_checks_its_loss(
         cluster, name, monkeypatch):
     """TF copies each closure's result to the chief after running it, while someone holds
     it (the loss check holds every step's). A round's tasks, whose loss their round's apply
-    reports, leave theirs on the worker: the copies left are ``fit``'s own reads of its
-    logs (ASP: every step's, its only loss check)."""
+    reports, leave theirs on the worker; ``join`` copies the one ``fit`` still holds (its
+    logs), as TF would have, and that is all (ASP: every step's, its only loss check)."""
     from tensorflow.python.distribute.coordinator import values
 
     from tf_hetero.strategies import registry
@@ -87,6 +87,17 @@ def test_a_round_task_result_stays_on_its_worker_and_its_round_checks_its_loss(
         return stock(self)
 
     monkeypatch.setattr(values.RemoteValueImpl, "_copy_to_local", counting)
+    from tf_hetero import tfcompat
+
+    at_join = []  # results join copied: those fit still held (its logs)
+    stock_copy = tfcompat.coordinator.copy_to_chief
+
+    def copying(remote_value):
+        before = len(copies)
+        stock_copy(remote_value)
+        at_join.extend(copies[before:])
+
+    monkeypatch.setattr(tfcompat.coordinator, "copy_to_chief", copying)
     strategy = registry.make(name, cluster.resolver)
     steps = 40
     _fit(strategy, lr=0.05, steps=steps)
@@ -97,6 +108,8 @@ def test_a_round_task_result_stays_on_its_worker_and_its_round_checks_its_loss(
         rounds = [r for r in strategy.engine.rounds if r.applied > 0]
         assert len(copies) <= 2, f"{len(copies)} results of {steps} steps copied to the chief"
         assert losses.steps == len(rounds) >= 2  # each round's loss was checked
+        # the result fit holds was copied at join, while its worker is surely there
+        assert len(at_join) == 1 and at_join[0] in copies
 
 
 def _collapsing_fit(strategy, epochs=3, steps=100):

@@ -28,7 +28,7 @@ __all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "
            "stop_cluster", "hook_worker", "time_closures",
            "set_first_arg", "output_built", "call_flat", "FlatCaller",
            "remote_value_ready", "remote_values", "fetched_tensors", "set_remote_value",
-           "wrap_remote_wait", "result_left_on_worker", "being_scheduled"]
+           "wrap_remote_wait", "result_left_on_worker", "copy_to_chief", "being_scheduled"]
 
 #: The public classes, re-exported so that callers import nothing from ``tensorflow.python``.
 ClusterCoordinator = cc.ClusterCoordinator
@@ -449,6 +449,18 @@ def result_left_on_worker(closure) -> Iterator[None]:
         yield
     finally:
         del remote_value.get  # the class's again (and no cycle through ``get``)
+
+
+def copy_to_chief(remote_value) -> None:
+    """Copies a finished ``RemoteValue``'s result to the chief now, as TF's worker thread
+    does after running its closure (what :func:`result_left_on_worker` skipped); later
+    ``fetch``/``get`` calls read the copy. Nothing for ``None``, a result not ready, one
+    that ended with an error (its reader raises it) or one copied already."""
+    if remote_value is None or not remote_value._status_available_event.is_set():
+        return
+    if remote_value._error is not None or remote_value._has_fetched_to_local:
+        return
+    remote_value.get()
 
 
 @contextlib.contextmanager
