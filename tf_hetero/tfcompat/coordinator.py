@@ -419,6 +419,9 @@ def wrap_remote_wait(remote_value, make: Callable[[Callable[[], None]], Callable
     remote_value._wait_and_maybe_error = make(remote_value._wait_and_maybe_error)
 
 
+_NO_COPY_LOCK = threading.Lock()  # result_left_on_worker's install on a result
+
+
 @contextlib.contextmanager
 def result_left_on_worker(closure) -> Iterator[None]:
     """While this thread processes ``closure``: no copy of its result to the chief.
@@ -436,19 +439,28 @@ def result_left_on_worker(closure) -> Iterator[None]:
     if remote_value is None:  # nobody holds the result: TF copies nothing anyway
         yield
         return
-    thread, stock = threading.get_ident(), type(remote_value).get
+    with _NO_COPY_LOCK:
+        threads = remote_value.__dict__.get("_tf_hetero_no_copy")
+        if threads is None:
+            # Installed once per result and left in place: after a worker failure TF puts
+            # the closure back and another worker thread may run it while this one is
+            # still in its failure handling, so the threads that skip the copy are a set.
+            threads = remote_value._tf_hetero_no_copy = set()
+            stock = type(remote_value).get
 
-    def get():
-        if threading.get_ident() == thread:
-            remote_value._wait_and_maybe_error()
-            return None
-        return stock(remote_value)
+            def get():
+                if threading.get_ident() in threads:
+                    remote_value._wait_and_maybe_error()
+                    return None
+                return stock(remote_value)
 
-    remote_value.get = get
+            remote_value.get = get
+    me = threading.get_ident()
+    threads.add(me)
     try:
         yield
     finally:
-        del remote_value.get  # the class's again (and no cycle through ``get``)
+        threads.discard(me)
 
 
 def copy_to_chief(remote_value) -> None:
