@@ -447,3 +447,52 @@ def test_an_untraced_copy_traces_again_and_leaves_the_function_as_it_was():
     assert int(copy(tf.constant(3))) == 6 and len(traces) == 2  # traced again
     assert int(step(tf.constant(5))) == 10 and len(traces) == 2  # the original's trace kept
     assert copy.python_function is step.python_function
+
+
+def test_a_result_left_on_its_worker_skips_only_its_runners_copy_with_runs_overlapping():
+    """``result_left_on_worker``: TF's copy after running the closure (``get`` on the worker
+    thread) only waits, a ``get`` from any other thread copies; and two worker threads
+    running the same closure at once (TF puts a closure back after a worker failure and
+    another thread runs it while the first is still in its failure handling) leave and
+    exit in any order (CI: the first's exit once raised AttributeError and ended its
+    worker's thread)."""
+
+    class Result:
+        def __init__(self):
+            self.waited, self.copied = 0, 0
+
+        def _wait_and_maybe_error(self):
+            self.waited += 1
+
+        def get(self):
+            self.copied += 1
+            return "copy"
+
+    class Closure:
+        def __init__(self, result):
+            self._output_remote_value_ref = weakref.ref(result)
+
+    result = Result()
+    closure = Closure(result)
+    first = tfcompat.coordinator.result_left_on_worker(closure)
+    first.__enter__()
+    assert result.get() is None and result.waited == 1 and result.copied == 0
+    seen = []
+    entered, leave = threading.Event(), threading.Event()
+
+    def other_worker():  # runs the same closure, leaves its block first
+        with tfcompat.coordinator.result_left_on_worker(closure):
+            seen.append(result.get())
+            entered.set()
+            leave.wait(5)
+        seen.append(result.get())  # out of its block: a copy
+
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    assert entered.wait(5)
+    leave.set()
+    thread.join(5)
+    assert seen == [None, "copy"]
+    assert result.get() is None  # this thread is still in its block
+    first.__exit__(None, None, None)  # no AttributeError
+    assert result.get() == "copy" and result.copied == 2
