@@ -468,7 +468,7 @@ def copy_to_chief(remote_value) -> None:
     does after running its closure (what :func:`result_left_on_worker` skipped); later
     ``fetch``/``get`` calls read the copy. Nothing for ``None``, a result not ready, one
     that ended with an error (its reader raises it) or one copied already."""
-    if remote_value is None or not remote_value._status_available_event.is_set():
+    if remote_value is None or not remote_value_ready(remote_value).is_set():
         return
     if remote_value._error is not None or remote_value._has_fetched_to_local:
         return
