@@ -64,9 +64,11 @@ class LossWatch:
         #: left on its worker. False: every task's result is copied and checked, as before
         #: (benchmarks/result_copy.py measures what the copies cost).
         self.by_round = True
-        #: The last result left on its worker (a weak reference): ``fit`` holds it for its
-        #: logs, and ``join`` copies it, as TF would have after running it. (Not every
-        #: result left: the wrapped fetch keeps each alive until the garbage collector
+        #: The result of the step scheduled last (a weak reference): ``fit`` holds it for
+        #: its logs. Its worker thread copies it to the chief as TF would, if it is still
+        #: the last one when its step has run (:meth:`copying`: an epoch's last step, whose
+        #: worker may die before ``fit`` reads it), and ``join`` copies it if not yet. (Not
+        #: every result left: the wrapped fetch keeps each alive until the garbage collector
         #: runs, so "still alive" does not mean "still held".)
         self.last_left = None
 
@@ -84,12 +86,20 @@ class LossWatch:
     def copying(self, closure):
         """Around a worker thread's run of ``closure``: TF's copy of its result to the
         chief, unless its round checks its loss (:func:`~tf_hetero.tfcompat.coordinator.
-        result_left_on_worker`)."""
+        result_left_on_worker`) and ``fit`` has scheduled a step after it by the time it
+        has run. The step scheduled last keeps TF's copy: a worker lost after an epoch's
+        last step ran would otherwise take ``fit``'s logs along (chaos, a worker killed
+        between that step and ``join``: ``fit`` raised ``UnavailableError``)."""
         tag = tag_of(closure)
         kept = tag.output if tag is not None else None
         if kept is None or kept[2]:
             return contextlib.nullcontext()
-        return tfcompat.coordinator.result_left_on_worker(closure)
+        return tfcompat.coordinator.result_left_on_worker(closure, copy_when=self._held)
+
+    def _held(self, remote_value) -> bool:
+        """Whether ``remote_value`` is the result of the step scheduled last."""
+        last = self.last_left
+        return last is not None and last() is remote_value
 
     def round_applied(self, round_id: int, loss: float, steps: int = 1) -> None:
         """Round ``round_id``'s apply reported the mean ``loss`` of its batch, ``steps`` of

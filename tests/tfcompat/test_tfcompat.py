@@ -449,6 +449,25 @@ def test_an_untraced_copy_traces_again_and_leaves_the_function_as_it_was():
     assert copy.python_function is step.python_function
 
 
+class _Result:
+    """A ``RemoteValue`` stand-in: counts waits and copies (``get``)."""
+
+    def __init__(self):
+        self.waited, self.copied = 0, 0
+
+    def _wait_and_maybe_error(self):
+        self.waited += 1
+
+    def get(self):
+        self.copied += 1
+        return "copy"
+
+
+class _Closure:
+    def __init__(self, result):
+        self._output_remote_value_ref = weakref.ref(result)
+
+
 def test_a_result_left_on_its_worker_skips_only_its_runners_copy_with_runs_overlapping():
     """``result_left_on_worker``: TF's copy after running the closure (``get`` on the worker
     thread) only waits, a ``get`` from any other thread copies; and two worker threads
@@ -457,23 +476,8 @@ def test_a_result_left_on_its_worker_skips_only_its_runners_copy_with_runs_overl
     exit in any order (CI: the first's exit once raised AttributeError and ended its
     worker's thread)."""
 
-    class Result:
-        def __init__(self):
-            self.waited, self.copied = 0, 0
-
-        def _wait_and_maybe_error(self):
-            self.waited += 1
-
-        def get(self):
-            self.copied += 1
-            return "copy"
-
-    class Closure:
-        def __init__(self, result):
-            self._output_remote_value_ref = weakref.ref(result)
-
-    result = Result()
-    closure = Closure(result)
+    result = _Result()
+    closure = _Closure(result)
     first = tfcompat.coordinator.result_left_on_worker(closure)
     first.__enter__()
     assert result.get() is None and result.waited == 1 and result.copied == 0
@@ -496,3 +500,16 @@ def test_a_result_left_on_its_worker_skips_only_its_runners_copy_with_runs_overl
     assert result.get() is None  # this thread is still in its block
     first.__exit__(None, None, None)  # no AttributeError
     assert result.get() == "copy" and result.copied == 2
+
+
+def test_a_result_left_on_its_worker_is_copied_there_when_copy_when_picks_it():
+    """``copy_when``, asked when the worker thread's ``get`` comes (after the closure ran):
+    a result it picks is copied there, as TF would; one it does not only waits."""
+
+    result = _Result()
+    held = []
+    with tfcompat.coordinator.result_left_on_worker(_Closure(result),
+                                                    copy_when=lambda r: r in held):
+        assert result.get() is None and (result.waited, result.copied) == (1, 0)
+        held.append(result)  # e.g. fit scheduled no step after it: it holds this one
+        assert result.get() == "copy" and result.copied == 1

@@ -423,8 +423,10 @@ _NO_COPY_LOCK = threading.Lock()  # result_left_on_worker's install on a result
 
 
 @contextlib.contextmanager
-def result_left_on_worker(closure) -> Iterator[None]:
-    """While this thread processes ``closure``: no copy of its result to the chief.
+def result_left_on_worker(closure, copy_when: Callable[[object], bool] | None = None
+                          ) -> Iterator[None]:
+    """While this thread processes ``closure``: no copy of its result to the chief, unless
+    ``copy_when(result)`` says so when TF asks for it.
 
     After running a closure whose result someone holds, TF's worker thread copies the result
     to the chief (``Worker._process_closure``: ``r.get()``, an ``identity`` on the chief that
@@ -432,7 +434,9 @@ def result_left_on_worker(closure) -> Iterator[None]:
     docs/TF_INTERNALS.md, "A hang seen twice"). Within this block that call, on this thread,
     only waits for the result (raising its error, as TF's ``get`` would); the result's values
     are set as usual (``_values``: remote handles) and a ``get``/``fetch`` from another
-    thread (``fit``'s logs) copies them, as TF's would.
+    thread (``fit``'s logs) copies them, as TF's would. A result ``copy_when`` picks (asked
+    on the worker thread once the closure ran) is copied there as TF would: one that must
+    outlive its worker.
     """
     ref = closure._output_remote_value_ref
     remote_value = ref() if ref is not None else None
@@ -449,7 +453,8 @@ def result_left_on_worker(closure) -> Iterator[None]:
             stock = type(remote_value).get
 
             def get():
-                if threading.get_ident() in threads:
+                if threading.get_ident() in threads and not (
+                        copy_when is not None and copy_when(remote_value)):
                     remote_value._wait_and_maybe_error()
                     return None
                 return stock(remote_value)
