@@ -46,97 +46,131 @@ def accumulating(engine_accumulators_for, code: tf.Tensor):
     """
     record = {"calls": 0, "bytes": 0, "writes": [], "loss": None, "applied": [],
               "lossless": False}
+    with patch_lock:
+        with _patched(_patches(_Interception(record, engine_accumulators_for, code))):
+            with _watching_writes(record["writes"]):
+                yield record
 
-    def apply_gradients(self, grads_and_vars, name=None, **kwargs):
-        grads_and_vars = list(grads_and_vars)
-        # Every variable passed, None gradients included: what the optimizer's own first
-        # apply_gradients would build its slots for (tfcompat.keras.build_optimizer).
-        record["applied"].append((self, [v for _, v in grads_and_vars]))
-        return accumulate(self, [(g, v) for g, v in grads_and_vars if g is not None])
 
-    def apply(self, grads, trainable_variables=None):  # Keras 3's BaseOptimizer.apply
-        if trainable_variables is None:
-            trainable_variables = tfcompat.keras3.tracked_variables(self)
-        try:
-            return accumulate(self, [(g, tfcompat.keras3.inner_variable(v))
-                                     for g, v in zip(grads, trainable_variables)
-                                     if g is not None])
-        finally:
-            record["loss"] = None  # the step's own (computing_loss): not the next step's
+class _Interception:
+    """The replacements :func:`accumulating` installs for one trace, all writing one
+    ``record``: each is made by a method here and installed as a class attribute of an
+    optimizer (or Keras 3 trainer) class, so its ``self`` is that class's instance."""
 
-    def computing_loss(original):
-        # Keras 3's train_step computes its loss with `_compute_loss`, then applies: the
-        # loss goes into the lane beside the gradients, as `minimize`'s does for tf_keras.
-        def _compute_loss(self, *args, **kwargs):
-            loss = original(self, *args, **kwargs)
-            record["loss"] = loss if isinstance(loss, tf.Tensor) else None
-            return loss
-        return _compute_loss
+    def __init__(self, record: dict, accumulators_for, code: tf.Tensor):
+        self.record, self.accumulators_for, self.code = record, accumulators_for, code
 
-    def accumulate(self, grads_and_vars):
+    def accumulate(self, optimizer, grads_and_vars):
+        """The step's gradients into the round's lanes (with the step's loss, when known)."""
+        record = self.record
         if not grads_and_vars:
-            return self.iterations
+            return optimizer.iterations
         record["calls"] += 1
         record["lossless"] = record["lossless"] or record["loss"] is None
         record["bytes"] += sum(v.shape.num_elements() * v.dtype.size for _, v in grads_and_vars)
         # Legacy optimizers create `iterations` on first use: do it outside control deps.
-        iterations = self.iterations
-        acc = engine_accumulators_for(self, [v for _, v in grads_and_vars])
-        with tf.control_dependencies([acc.accumulate(grads_and_vars, code, record["loss"])]):
+        iterations = optimizer.iterations
+        acc = self.accumulators_for(optimizer, [v for _, v in grads_and_vars])
+        with tf.control_dependencies([acc.accumulate(grads_and_vars, self.code,
+                                                     record["loss"])]):
             return tf.identity(iterations)  # no increment: iterations counts rounds
 
-    for replacement in (apply_gradients, apply):  # its round applies: no emulated wait
-        setattr(replacement, DEFERS_UPDATE, True)
-    with patch_lock:
-        classes = tfcompat.keras.optimizer_classes()
-        originals = {cls: cls.__dict__["apply_gradients"] for cls in classes}
-        keras3 = tfcompat.keras3.loaded_optimizer_class()
-        keras3_apply = keras3.__dict__["apply"] if keras3 is not None else None
+    def apply_gradients(self):
+        """tf_keras's ``apply_gradients``, every optimizer class."""
+        record, accumulate = self.record, self.accumulate
+
+        def apply_gradients(optimizer, grads_and_vars, name=None, **kwargs):
+            grads_and_vars = list(grads_and_vars)
+            # Every variable passed, None gradients included: what the optimizer's own first
+            # apply_gradients would build its slots for (tfcompat.keras.build_optimizer).
+            record["applied"].append((optimizer, [v for _, v in grads_and_vars]))
+            return accumulate(optimizer, [(g, v) for g, v in grads_and_vars if g is not None])
+
+        setattr(apply_gradients, DEFERS_UPDATE, True)  # its round applies: no emulated wait
+        return apply_gradients
+
+    def apply(self):
+        """Keras 3's ``BaseOptimizer.apply`` (and ``LossScaleOptimizer.apply``)."""
+        record, accumulate = self.record, self.accumulate
+
+        def apply(optimizer, grads, trainable_variables=None):
+            if trainable_variables is None:
+                trainable_variables = tfcompat.keras3.tracked_variables(optimizer)
+            try:
+                return accumulate(optimizer, [(g, tfcompat.keras3.inner_variable(v))
+                                              for g, v in zip(grads, trainable_variables)
+                                              if g is not None])
+            finally:
+                record["loss"] = None  # the step's own (computing_loss): not the next step's
+
+        setattr(apply, DEFERS_UPDATE, True)
+        return apply
+
+    def computing_loss(self, original):
+        """Keras 3's train_step computes its loss with ``_compute_loss``, then applies: the
+        loss goes into the lane beside the gradients, as ``minimize``'s does for tf_keras."""
+        record = self.record
+
+        def _compute_loss(trainer, *args, **kwargs):
+            loss = original(trainer, *args, **kwargs)
+            record["loss"] = loss if isinstance(loss, tf.Tensor) else None
+            return loss
+        return _compute_loss
+
+    def minimizing(self, original):
+        """tf_keras's train_step hands its loss to ``minimize``, which calls
+        ``apply_gradients``: the loss goes into the lane beside the gradients (the round's
+        loss, what StepCeiling reads; a step calling apply_gradients itself gives none)."""
+        record = self.record
+
+        def minimize(optimizer, loss, *args, **kwargs):
+            record["loss"] = loss if isinstance(loss, tf.Tensor) else None
+            try:
+                return original(optimizer, loss, *args, **kwargs)
+            finally:
+                record["loss"] = None
+        return minimize
+
+
+def _patches(interception: _Interception) -> list:
+    """``(class, attribute, replacement)`` for every class a trace's step may call (caller
+    holds :data:`patch_lock`): each tf_keras optimizer class's ``apply_gradients`` and the
+    ``minimize`` of the bases defining it; with Keras 3 loaded, ``BaseOptimizer.apply``,
+    ``LossScaleOptimizer.apply`` and the trainer's ``_compute_loss``."""
+    classes = tfcompat.keras.optimizer_classes()
+    apply_gradients = interception.apply_gradients()
+    patches = [(cls, "apply_gradients", apply_gradients) for cls in classes]
+    # `minimize` is defined on a base of each (the new optimizer's `_BaseOptimizer`)
+    owners = {next(k for k in cls.__mro__ if "minimize" in k.__dict__) for cls in classes}
+    patches += [(cls, "minimize", interception.minimizing(cls.__dict__["minimize"]))
+                for cls in owners]
+    keras3 = tfcompat.keras3.loaded_optimizer_class()
+    if keras3 is not None:
+        apply = interception.apply()
         # A LossScaleOptimizer overrides `apply` (its inner optimizer's runs in a tf.cond,
         # where the accumulation cannot go): its step pushes the scaled gradients, and the
         # round's apply hands their mean to the LossScaleOptimizer's own `apply`, which
-        # unscales them, or skips the round and lowers its scale (accumulate.py).
-        scaler = tfcompat.keras3.loss_scale_optimizer_class() if keras3 is not None else None
-        scaler_apply = scaler.__dict__["apply"] if scaler is not None else None
-        trainer = tfcompat.keras3.loss_owner_class() if keras3 is not None else None
-        keras3_loss = trainer.__dict__["_compute_loss"] if trainer is not None else None
-        # `minimize` is defined on a base of each (the new optimizer's `_BaseOptimizer`)
-        owners = {next(k for k in cls.__mro__ if "minimize" in k.__dict__) for cls in classes}
-        minimizers = {cls: cls.__dict__["minimize"] for cls in owners}
+        # unscales them, or skips the round and lowers its scale (round_apply.py).
+        trainer = tfcompat.keras3.loss_owner_class()
+        patches += [(keras3, "apply", apply),
+                    (tfcompat.keras3.loss_scale_optimizer_class(), "apply", apply),
+                    (trainer, "_compute_loss",
+                     interception.computing_loss(trainer.__dict__["_compute_loss"]))]
+    return patches
 
-        def minimizing(original):
-            # tf_keras's train_step hands its loss to `minimize`, which calls
-            # `apply_gradients`: the loss goes into the lane beside the gradients (the
-            # round's loss, what StepCeiling reads; a step calling apply_gradients itself
-            # gives none).
-            def minimize(self, loss, *args, **kwargs):
-                record["loss"] = loss if isinstance(loss, tf.Tensor) else None
-                try:
-                    return original(self, loss, *args, **kwargs)
-                finally:
-                    record["loss"] = None
-            return minimize
 
-        try:
-            for cls in classes:
-                cls.apply_gradients = apply_gradients
-            for cls, fn in minimizers.items():
-                cls.minimize = minimizing(fn)
-            if keras3 is not None:
-                keras3.apply = apply
-                scaler.apply = apply
-                trainer._compute_loss = computing_loss(keras3_loss)
-            with _watching_writes(record["writes"]):
-                yield record
-        finally:
-            for cls, fn in originals.items():
-                cls.apply_gradients = fn
-            for cls, fn in minimizers.items():
-                cls.minimize = fn
-            if keras3 is not None:
-                keras3.apply = keras3_apply
-                scaler.apply = scaler_apply
-                trainer._compute_loss = keras3_loss
+@contextlib.contextmanager
+def _patched(patches: list):
+    """Sets each ``(owner, name, value)`` for the block; the owner's own attribute (from its
+    ``__dict__``, not an inherited one) is set back after it."""
+    saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
 
 
 #: Variable methods that write a variable (a step must leave trainable ones to the optimizer).

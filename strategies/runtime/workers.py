@@ -82,128 +82,160 @@ def _instrument_queue(coordinator, attempt) -> None:
 
 
 def _instrument(coordinator, worker, attempt, versions):
-    w = worker.worker_index
-    engine, monitor = coordinator.engine, coordinator.monitor
-    queue = tfcompat.coordinator.queue_of(coordinator)
-    local = coordinator.config.local is not None
+    hooks = _ClosureHooks(coordinator, worker.worker_index, attempt, versions)
+    tfcompat.coordinator.hook_worker(
+        worker, process_closure=lambda tf_fn: functools.partial(hooks.process_closure, tf_fn),
+        on_closure_failure=lambda tf_fn: functools.partial(hooks.on_closure_failure, tf_fn),
+        on_worker_recovery=lambda tf_fn: functools.partial(hooks.on_worker_recovery, tf_fn))
 
-    def went_back() -> bool:  # TF put the closure back on its queue: it runs again
-        return attempt.failed or attempt.put_back == "requeued"
 
-    def error_of_attempt():  # what the closure that ran ended with (None: it returned)
-        error = attempt.error or queue.error
-        if error is None and attempt.put_back == "cancelled":  # the fit's error: cleared
+class _ClosureHooks:
+    """The hooks of worker ``w``'s thread: each wraps TF's own method (passed first)."""
+
+    def __init__(self, coordinator, w: int, attempt, versions):
+        self.coordinator, self.w, self.attempt, self.versions = coordinator, w, attempt, versions
+        self.engine, self.monitor = coordinator.engine, coordinator.monitor
+        self.queue = tfcompat.coordinator.queue_of(coordinator)
+        self.local = coordinator.config.local is not None
+
+    def went_back(self) -> bool:  # TF put the closure back on its queue: it runs again
+        return self.attempt.failed or self.attempt.put_back == "requeued"
+
+    def error_of_attempt(self):  # what the closure that ran ended with (None: it returned)
+        error = self.attempt.error or self.queue.error
+        if error is None and self.attempt.put_back == "cancelled":  # the fit's error: cleared
             error = tf.errors.CancelledError(None, None, "closure cancelled")
         return error
 
-    def process_closure(process, closure):
+    def process_closure(self, process, closure):
         tag = tag_of(closure)
         task = tag.task if tag is not None and tag.kind == ClosureKind.TASK else None
+        start = time.perf_counter()
+        fit, version = self._begin(closure, tag, task)
+        if not self._run(process, closure, tag, fit):
+            return  # made again by the recovery, whose result ends this one's
+        end = time.perf_counter()
+        if self.went_back():
+            # The closure went back to the queue (a worker failure, or a failure TF deems
+            # transient, e.g. a PS briefly unreachable, which bypasses
+            # _on_closure_failure): it runs again, and its task starts again there.
+            return
+        error = self.error_of_attempt()
+        if error is not None and self.engine is not None:
+            self._failed(closure, tag, task, fit, error)
+        else:
+            self._ended(closure, tag, task, fit, error, (start, end), version)
+
+    def _begin(self, closure, tag, task):
+        """Before TF runs the closure: returns the fit it was made in and, for an
+        asynchronous step, the update count it starts from."""
+        attempt, engine = self.attempt, self.engine
         attempt.failed, attempt.put_back = False, None
         # The tag only routed the closure here. TF's failure paths put a closure back with
         # put_back(), which asserts an untagged closure (and may bypass
         # _on_closure_failure, e.g. for transient PS errors).
         closure.tag = None
-        start = time.perf_counter()
         # The fit the closure was made in, not the one running when it starts: a closure of
         # a failed fit still queued for its worker starts after the error reached the user
         # (CI: failures-backup's fit 2 raised a CancelledError of fit 1's accumulate step).
         fit = tag.fit if tag is not None and tag.fit is not None else \
-            coordinator.errors_reached_user
+            self.coordinator.errors_reached_user
         attempt.errors_seen, attempt.error = fit, None
+        version = None
         if task is not None:
-            fresh = engine.task_started(task, w)
+            fresh = engine.task_started(task, self.w)
             if task.round is not None:  # its round, slot, lane and push flags are final now
                 slot = engine.rounds[task.round].slot
                 flags = task.push | (OVERWRITE if task.overwrite else 0)
                 code = (task_code(task.round, task.lane, flags, slot, task.size)
                         if fresh else NO_ROUND)
-                tfcompat.coordinator.set_first_arg(closure, coordinator.code_tensor(code))
-        elif tag is not None and tag.kind == ClosureKind.ASYNC:
-            with versions.lock:
-                version = versions.version
-        if task is not None:
+                tfcompat.coordinator.set_first_arg(closure, self.coordinator.code_tensor(code))
             task.t_call = time.perf_counter()  # a round profile's start | launch boundary
+        elif tag is not None and tag.kind == ClosureKind.ASYNC:
+            with self.versions.lock:
+                version = self.versions.version
+        return fit, version
+
+    def _run(self, process, closure, tag, fit) -> bool:
+        """TF's own ``_process_closure``; False if a failover made the step again."""
+        coordinator, attempt = self.coordinator, self.attempt
         steps = coordinator.failover.steps if (
-            engine is None and tag is not None and coordinator.failover is not None) else None
+            self.engine is None and tag is not None and coordinator.failover is not None) \
+            else None
         if steps is None:
             with coordinator.losses.copying(closure):  # a round's task: its result stays
                 process(closure)
-        else:  # ASP under failover: the step counts, may take the copy, or is failed over
-            steps.step_begins()
-            attempt.open_step = steps
-            try:
-                process(closure)
-            finally:
-                if attempt.open_step is not None:  # not ended by a worker failure already
-                    attempt.open_step = None
-                    ran = not went_back()
-                    if steps.step_ends(closure, error_of_attempt() if ran else None,
-                                       fit == coordinator.errors_reached_user, ran=ran):
-                        return  # made again by the recovery, whose result ends this one's
-        end = time.perf_counter()
-        if went_back():
-            # The closure went back to the queue (a worker failure, or a failure TF deems
-            # transient, e.g. a PS briefly unreachable, which bypasses
-            # _on_closure_failure): it runs again, and its task starts again there.
-            return
-        error = error_of_attempt()
-        if error is not None and engine is not None:
-            failover = coordinator.failover
-            if failover is not None and fit == engine.generation and failover.take(error):
-                # A PS died: the failover restarts the rounds (this task's among them)
-                if tag is not None and tag.output is not None:
-                    coordinator.losses.forget(closure)
-                return
-            if task is not None:
-                engine.task_failed(task, w, translate(error), since=fit)
-            else:
-                engine.fail(translate(error), since=fit)  # stale if the user got it
+            return True
+        # ASP under failover: the step counts, may take the copy, or is failed over
+        steps.step_begins()
+        attempt.open_step = steps
+        try:
+            process(closure)
+        finally:
+            if attempt.open_step is not None:  # not ended by a worker failure already
+                attempt.open_step = None
+                ran = not self.went_back()
+                if steps.step_ends(closure, self.error_of_attempt() if ran else None,
+                                   fit == coordinator.errors_reached_user, ran=ran):
+                    return False
+        return True
+
+    def _failed(self, closure, tag, task, fit, error) -> None:
+        """A round strategy's closure ended with ``error``."""
+        engine, losses = self.engine, self.coordinator.losses
+        failover = self.coordinator.failover
+        if failover is not None and fit == engine.generation and failover.take(error):
+            # A PS died: the failover restarts the rounds (this task's among them)
             if tag is not None and tag.output is not None:
-                coordinator.losses.forget(closure)  # no loss to check: it failed
+                losses.forget(closure)
             return
         if task is not None:
-            engine.task_finished(task, w)
+            engine.task_failed(task, self.w, translate(error), since=fit)
+        else:
+            engine.fail(translate(error), since=fit)  # stale if the user got it
+        if tag is not None and tag.output is not None:
+            losses.forget(closure)  # no loss to check: it failed
+
+    def _ended(self, closure, tag, task, fit, error, span, version) -> None:
+        """The closure ended: a round strategy's without error, or an ASP step's."""
+        coordinator = self.coordinator
+        if task is not None:
+            self.engine.task_finished(task, self.w)
             hand_on(closure)  # the steps its round absorbed end with its result
-            if local and task.pushed and not task.stale:
-                monitor.record_push(end)
+            if self.local and task.pushed and not task.stale:
+                self.monitor.record_push(span[1])
         elif tag is not None and tag.kind == ClosureKind.ASYNC and error is None:
-            with versions.lock:
-                staleness = versions.version - version
-                versions.version += 1
-            monitor.record_task(w, start, end, applied=True, staleness=staleness)
+            with self.versions.lock:
+                staleness = self.versions.version - version
+                self.versions.version += 1
+            self.monitor.record_task(self.w, *span, applied=True, staleness=staleness)
             hand_on(closure)  # a step a failover made again: the one fit holds ends too
-        elif error is not None and engine is None and coordinator.failover is not None \
+        elif error is not None and self.engine is None and coordinator.failover is not None \
                 and fit == coordinator.errors_reached_user:
             # ASP under failover, an error the failover did not take (a death it cannot
             # recover from): the queue did not keep it (keep_error), so it is set here.
-            queue.fail(translate(error))
+            self.queue.fail(translate(error))
         if tag is not None and tag.output is not None:  # an asynchronous step: its loss
-            coordinator.losses.finished(closure, w)
+            coordinator.losses.finished(closure, self.w)
 
-    def on_closure_failure(on_failure, closure, e):
-        attempt.failed = True
-        steps = getattr(attempt, "open_step", None)
+    def on_closure_failure(self, on_failure, closure, e):
+        self.attempt.failed = True
+        steps = getattr(self.attempt, "open_step", None)
         if steps is not None:
             # ASP under failover: this worker died, TF puts its step back and waits for the
             # worker to come back: the step no longer runs (a recovery need not wait for it).
-            attempt.open_step = None
+            self.attempt.open_step = None
             steps.step_ends(closure, None, ran=False)
-        if engine is not None:
-            engine.worker_failed(w)
+        if self.engine is not None:
+            self.engine.worker_failed(self.w)
         closure.tag = None  # put_back() asserts an untagged closure
-        move_pinned_closures(coordinator, w)
+        move_pinned_closures(self.coordinator, self.w)
         on_failure(closure, e)
 
-    def on_worker_recovery(on_recovery):
+    def on_worker_recovery(self, on_recovery):
         on_recovery()
-        if engine is not None:
-            engine.worker_recovered(w)
-
-    tfcompat.coordinator.hook_worker(
-        worker, process_closure=lambda tf_fn: functools.partial(process_closure, tf_fn),
-        on_closure_failure=lambda tf_fn: functools.partial(on_closure_failure, tf_fn),
-        on_worker_recovery=lambda tf_fn: functools.partial(on_worker_recovery, tf_fn))
+        if self.engine is not None:
+            self.engine.worker_recovered(self.w)
 
 
 def move_pinned_closures(coordinator, w: int) -> None:
