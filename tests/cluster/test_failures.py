@@ -32,6 +32,13 @@ def scenario(name: str, tmp_path, *extra) -> dict:
     return json.loads(out.read_text())
 
 
+def inexact(result: dict) -> str:
+    """An inexact fit's clues, in full (pytest would cut the dict short): each variable's
+    difference and device, the failover's events and the rounds."""
+    keys = ("diffs", "events", "iterations", "applied", "copies", "rounds", "losses")
+    return json.dumps({k: result.get(k) for k in keys})
+
+
 def test_killed_worker_does_not_hang_fit_and_a_restarted_one_rejoins(tmp_path):
     result = scenario("worker", tmp_path)
     first = result["first"]
@@ -83,7 +90,7 @@ def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
     # Every round applied counts in optimizer.iterations but the rolled-back ones.
     rolled_back = first["rolled_back"] + second["rolled_back"]
     assert result["iterations"] == result["applied"] - rolled_back > 12
-    assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
+    assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), inexact(result)
 
 
 def test_an_asp_fit_fails_over_twice_and_ends_exact(tmp_path):
@@ -106,7 +113,7 @@ def test_an_asp_fit_fails_over_twice_and_ends_exact(tmp_path):
     rolled_back = first["rolled_back"] + second["rolled_back"]
     assert result["iterations"] == result["applied"] - rolled_back
     assert result["iterations"] > 12  # updates were applied after each failover
-    assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
+    assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), inexact(result)
 
 
 @pytest.mark.parametrize("strategy,kill", [("bsp", "move"), ("epsp", "worker"),
@@ -132,7 +139,7 @@ def test_a_ps_killed_in_a_move_with_a_worker_or_between_epochs_fails_over(tmp_pa
     if kill == "worker":
         assert result["live_workers"] == [0, 2]
     else:
-        assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
+        assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), inexact(result)
 
 
 def test_a_keras3_fit_fails_over(tmp_path):
@@ -145,7 +152,7 @@ def test_a_keras3_fit_fails_over(tmp_path):
     (event,) = result["events"]
     assert event["dead"] == 1 and event["moved"] > 0
     assert result["iterations"] == result["applied"] - event["rolled_back"] > 6
-    assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), result
+    assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), inexact(result)
 
 
 # ---------------------------------------------------------------- chaos, any strategy

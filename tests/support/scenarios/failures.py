@@ -282,7 +282,12 @@ def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
         local.set_weights(initial)
         for _ in range(iterations):
             local.train_on_batch(x, y)
-        diff = max(float(np.max(np.abs(a - b))) for a, b in zip(final, local.get_weights()))
+        diffs = [float(np.max(np.abs(a - b))) for a, b in zip(final, local.get_weights())]
+        diff = max(diffs)
+        # Which variables are off, and where they live (a failure's first clue: those of
+        # the surviving PS, or those created again on the target).
+        where = [(getattr(v, "path", None) or v.name, getattr(v, "device", None) or v.value.device)
+                 for v in model.weights]
         scale = max(float(np.max(np.abs(b))) for b in local.get_weights())
         rounds = engine.rounds if engine is not None else []
         tasks = [t for r in rounds for t in r.tasks]
@@ -299,7 +304,8 @@ def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
                       rounds=[(r.applied, r.abandoned, len(r.tasks)) for r in rounds],
                       devices_before=devices,
                       devices_after=placed(),
-                      max_diff=diff, max_weight=scale)
+                      max_diff=diff, max_weight=scale,
+                      diffs=[(name, device, d) for (name, device), d in zip(where, diffs)])
     with open(out, "w") as f:
         json.dump(result, f)
 
