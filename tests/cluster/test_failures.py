@@ -35,7 +35,7 @@ def scenario(name: str, tmp_path, *extra) -> dict:
 def inexact(result: dict) -> str:
     """An inexact fit's clues, in full (pytest would cut the dict short): each variable's
     difference and device, the failover's events and the rounds."""
-    keys = ("diffs", "events", "iterations", "applied", "copies", "rounds", "losses")
+    keys = ("diffs", "events", "iterations", "applied", "copies", "rounds", "sizes", "losses")
     return json.dumps({k: result.get(k) for k in keys})
 
 
