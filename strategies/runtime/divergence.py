@@ -25,9 +25,11 @@ small gradients; policies/diverge.py). The loss is the one each step returns
   (:meth:`LossWatch.copying`). That copy was a round trip on the worker's thread after every
   task, and the one transfer seen to hang (docs/TF_INTERNALS.md, "A hang seen twice").
   The result is still held: its values end the steps the round absorbed (``hand_on``).
-  ``join`` copies the last step's, which ``fit`` holds for its logs, as TF's worker thread
-  would have, so a worker lost after it ran that step does not take it along
-  (:meth:`LossWatch.flush`); a custom loop's other results are copied when it reads them.
+  The result of the step scheduled last, which ``fit`` holds for its logs, is copied by its
+  worker's thread as TF would, if it is still the last once its step has run (an epoch's
+  last step; :meth:`LossWatch.copying`), so a worker lost after that step does not take it
+  along; ``join`` copies it if that did not happen (:meth:`LossWatch.flush`); a custom
+  loop's other results are copied when it reads them.
 """
 
 from __future__ import annotations
