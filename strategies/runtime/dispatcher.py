@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -248,10 +249,16 @@ def _apply_args(weights: np.ndarray, expected: np.ndarray, scale: float,
             tf.constant(max_norm, tf.float32))
 
 
-def hand_on(closure) -> None:
+def hand_on(closure, copy_when: Callable[[object], bool] | None = None) -> None:
     """Ends the steps absorbed into ``closure``'s round (:meth:`ClosureDispatcher.absorb`)
-    with ``closure``'s result, once a worker ran it, and the steps those were to end. The result is the one the loss watch
-    holds for it (TF's closure keeps only a weak reference to it)."""
+    with ``closure``'s result, once a worker ran it, and the steps those were to end. The
+    result is the one the loss watch holds for it (TF's closure keeps only a weak reference
+    to it).
+
+    An echo's values stay on the worker that ran ``closure``, but for one ``copy_when``
+    picks (``fit``'s held result, when its last step was absorbed): that is copied to the
+    chief here, on the worker's thread, as TF copies a result it runs itself; a worker lost
+    before ``join`` would otherwise take ``fit``'s logs along."""
     tag = tag_of(closure)
     echoes, tag.echoes = tag.echoes, []
     if not echoes:
@@ -260,10 +267,18 @@ def hand_on(closure) -> None:
     result = kept if kept is not None else closure.maybe_call_with_output_remote_value(
         lambda r: r)
     values = tfcompat.coordinator.remote_values(result)
+
+    def end(echo_result):
+        tfcompat.coordinator.set_remote_value(echo_result, values)
+        if copy_when is not None and copy_when(echo_result):
+            try:
+                tfcompat.coordinator.copy_to_chief(echo_result)
+            except Exception:  # pylint: disable=broad-except
+                pass  # its worker is gone: fit's own read raises that, translated
+
     while echoes:  # an echo's own echoes too: it will not run to hand them on (it was
         echo = echoes.pop()  # absorbed, or made again by a failover and then absorbed)
-        echo.maybe_call_with_output_remote_value(
-            lambda r: tfcompat.coordinator.set_remote_value(r, values))
+        echo.maybe_call_with_output_remote_value(end)
         inner = tag_of(echo)
         if inner is not None and inner.echoes:
             echoes.extend(inner.echoes)

@@ -27,8 +27,8 @@ small gradients; policies/diverge.py). The loss is the one each step returns
   The result is still held: its values end the steps the round absorbed (``hand_on``).
   The result of the step scheduled last, which ``fit`` holds for its logs, is copied by its
   worker's thread as TF would, if it is still the last once its step has run (an epoch's
-  last step; :meth:`LossWatch.copying`), so a worker lost after that step does not take it
-  along; ``join`` copies it if that did not happen (:meth:`LossWatch.flush`); a custom
+  last step; :meth:`LossWatch.copying`; absorbed, by the thread of the task whose result
+  ends it: ``hand_on``), so a worker lost after that step does not take it along; ``join`` copies it if that did not happen (:meth:`LossWatch.flush`); a custom
   loop's other results are copied when it reads them.
 """
 
@@ -96,9 +96,9 @@ class LossWatch:
         kept = tag.output if tag is not None else None
         if kept is None or kept[2]:
             return contextlib.nullcontext()
-        return tfcompat.coordinator.result_left_on_worker(closure, copy_when=self._held)
+        return tfcompat.coordinator.result_left_on_worker(closure, copy_when=self.held)
 
-    def _held(self, remote_value) -> bool:
+    def held(self, remote_value) -> bool:
         """Whether ``remote_value`` is the result of the step scheduled last."""
         last = self.last_left
         return last is not None and last() is remote_value

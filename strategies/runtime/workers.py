@@ -201,7 +201,9 @@ class _ClosureHooks:
         coordinator = self.coordinator
         if task is not None:
             self.engine.task_finished(task, self.w)
-            hand_on(closure)  # the steps its round absorbed end with its result
+            # the steps its round absorbed end with its result (copied to the chief for
+            # the one fit holds, if its last step was absorbed)
+            hand_on(closure, copy_when=coordinator.losses.held)
             if self.local and task.pushed and not task.stale:
                 self.monitor.record_push(span[1])
         elif tag is not None and tag.kind == ClosureKind.ASYNC and error is None:

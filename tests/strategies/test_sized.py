@@ -170,9 +170,31 @@ def test_sized_shares_follow_measured_speed(cluster):
     assert all(s[2] < s[0] and s[2] < s[1] for s, _ in last), last
 
 
-def test_epsp_pioneers_take_a_left_out_stragglers_share_in_their_one_task(cluster):
-    import tf_hetero
+def test_epsp_pioneers_take_a_left_out_stragglers_share_in_their_one_task(cluster, monkeypatch):
+    """... and the fit's last step, absorbed, ends with a pioneer's result, which that
+    worker's thread copies to the chief (``fit`` holds it for its logs; a worker lost before
+    ``join`` would otherwise take them along)."""
+    import threading
 
+    from tensorflow.python.distribute.coordinator import values
+
+    import tf_hetero
+    from tf_hetero import tfcompat
+
+    copies, held = [], []  # (result, thread name) per copy to the chief; fit's at join
+    stock, stock_copy = values.RemoteValueImpl._copy_to_local, tfcompat.coordinator.copy_to_chief
+
+    def counting(self):
+        copies.append((self, threading.current_thread().name))
+        return stock(self)
+
+    def joining(remote_value):
+        if threading.current_thread() is threading.main_thread():
+            held.append(remote_value)
+        stock_copy(remote_value)
+
+    monkeypatch.setattr(values.RemoteValueImpl, "_copy_to_local", counting)
+    monkeypatch.setattr(tfcompat.coordinator, "copy_to_chief", joining)
     rounds = 10
     strategy = tf_hetero.EPSPStrategy(cluster.resolver, granularity=GRANULE, window=3,
                                       probe_every=100, transfer_factor=None)
@@ -191,6 +213,8 @@ def test_epsp_pioneers_take_a_left_out_stragglers_share_in_their_one_task(cluste
     # it (with the straggler's step left over, 10 rounds' worth of steps made 14 rounds).
     assert len(engine.rounds) == rounds and out[-1] is engine.rounds[-1]
     assert np.isfinite(model.history.history["loss"][-1])  # its last step was absorbed
+    assert len(held) == 1 and any(  # and copied by a worker's thread, before join
+        r is held[0] for r, thread in copies if thread.startswith("WorkerClosure")), copies
     assert f"tasks {rounds * N}/{rounds * N}" in progress.line()  # absorbed steps are done
     for r in engine.rounds:
         assert len({t.worker for t in r.tasks}) == len(r.tasks)  # one closure per worker
