@@ -78,45 +78,58 @@ def make_apply_fn(accs, optimizer, sparse: list):
             own = tf.cast(tf.equal(valid, 1.0), weights.dtype) * tf.cast(counts > 0,
                                                                           weights.dtype)
             n_own = tf.reduce_sum(own * counts)
-            grads, squares, own_sq, lane_sq = _means(accs, 
-                valid, own, counts, n, n_own, gain, unscale_sq, sparse, skips)
+            grads, squares, own_sq, lane_sq = _means(
+                accs, valid, own, counts, n, n_own, gain, unscale_sq, sparse, skips)
             norm = tf.sqrt(tf.add_n(squares))
             applied = tf.reduce_sum(tf.cast(valid > 0, counts.dtype) * counts)
             # A NaN/Inf gradient would poison the weights for good: it goes in as zeros
             # (apply_gradients cannot sit in a tf.cond: its merge_call refuses control
             # flow), and the engine stops training on the norm it reports.
             finite = tf.math.is_finite(norm)
-            # A bound on the mean's norm before the scale (0: none): the update of a round
-            # whose gradient spiked is scaled down to it; the reported norm stays the
-            # unclipped one (the update scale reads the spike from it).
-            bound = tf.cast(max_norm, tf.float64) * tf.cast(scale, tf.float64)
-            clip = tf.where((bound > 0) & (norm > bound) & finite,
-                            bound / tf.maximum(norm, 1e-30), tf.constant(1.0, tf.float64))
+            clip = _clip(norm, max_norm, scale, finite)
             grads = _scaled(accs, grads, clip * tf.cast(back, tf.float64),
-                                 None if skips else finite)
+                            None if skips else finite)
             zero = tf.constant(0.0, tf.float64)
             loss = _round_loss(accs, own, n_own)
             stats = [tf.cast(n_own, tf.float64), tf.reduce_sum(tf.cast(own, tf.float64)),
                      tf.add_n(own_sq) if own_sq else zero,
                      tf.add_n(lane_sq) if lane_sq else zero, loss]
-            # read before the update (ops on one variable run in program order)
-            before = tf.identity(optimizer.iterations) if skips else None
-            done = [optimizer.apply_gradients(zip(grads, accs.variables))]
-            skipped = zero  # 1: the LossScaleOptimizer skipped the round, by its own
-            if skips:  # check: it made no update, so its iterations did not move
-                with tf.control_dependencies(done):
-                    skipped = tf.cast(tf.equal(tf.identity(optimizer.iterations), before),
-                                      tf.float64)
-            if tau_extra is not None:  # a scale-invariant schedule moves on by the gain
-                with tf.control_dependencies(done):  # of an update made (none if skipped)
-                    done = [tau_extra.assign_add((tf.cast(scale, tau_extra.dtype) - 1.0)
-                                                 * tf.cast(1.0 - skipped, tau_extra.dtype))]
+            done, skipped = _update(optimizer, grads, accs.variables, skips, tau_extra,
+                                    scale)
             with tf.control_dependencies(done):
                 return tf.stack([tf.cast(applied, tf.float64), norm] + stats + [skipped])
 
         return strategy.run(step)
 
     return apply_fn
+
+
+def _clip(norm, max_norm, scale, finite):
+    """The factor bounding the mean's norm before the scale at ``max_norm`` (0: no bound):
+    the update of a round whose gradient spiked is scaled down to it; the reported norm
+    stays the unclipped one (the update scale reads the spike from it)."""
+    bound = tf.cast(max_norm, tf.float64) * tf.cast(scale, tf.float64)
+    return tf.where((bound > 0) & (norm > bound) & finite,
+                    bound / tf.maximum(norm, 1e-30), tf.constant(1.0, tf.float64))
+
+
+def _update(optimizer, grads, variables, skips: bool, tau_extra, scale):
+    """The optimizer's update with the mean ``grads``: ``(ops to wait for, skipped)``;
+    ``skipped`` is 1.0 when a Keras 3 ``LossScaleOptimizer`` (``skips``) made no update.
+    A scale-invariant schedule's ``tau_extra`` moves on by the gain of an update made."""
+    # read before the update (ops on one variable run in program order)
+    before = tf.identity(optimizer.iterations) if skips else None
+    done = [optimizer.apply_gradients(zip(grads, variables))]
+    skipped = tf.constant(0.0, tf.float64)
+    if skips:  # by its own check: it made no update, so its iterations did not move
+        with tf.control_dependencies(done):
+            skipped = tf.cast(tf.equal(tf.identity(optimizer.iterations), before), tf.float64)
+    if tau_extra is not None:  # none if skipped
+        with tf.control_dependencies(done):
+            done = [tau_extra.assign_add((tf.cast(scale, tau_extra.dtype) - 1.0)
+                                         * tf.cast(1.0 - skipped, tau_extra.dtype))]
+    return done, skipped
+
 
 def _means(accs, valid, own, counts, n, n_own, gain, unscale_sq, sparse, skips):
     """In the apply: each variable's weighted mean gradient, computed on its PS (times
