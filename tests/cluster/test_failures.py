@@ -1,14 +1,14 @@
 """Dead workers and dead parameter servers, with separate OS processes.
 
 Each scenario runs in its own chief process (tests/support/scenarios/failures.py) against
-its own multi-process LocalCluster."""
+its own multi-process LocalCluster; the chief is forked from a process that imported
+TensorFlow once (the ``chiefs`` fixture, tests/support/zygote.py)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import subprocess
 import sys
 
 import pytest
@@ -22,12 +22,13 @@ SCENARIOS = os.path.join(REPO, "tests", "support", "scenarios", "failures.py")
 SCENARIO_TIMEOUT_S = 300
 
 
-def scenario(name: str, tmp_path, *extra) -> dict:
+def scenario(chiefs, name: str, tmp_path, *extra) -> dict:
+    """Runs a failure scenario in a chief of its own, forked from ``chiefs`` (the
+    ``chiefs`` fixture: :class:`support.zygote.Zygote`)."""
     out = tmp_path / f"{name}.json"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    proc = subprocess.run([sys.executable, SCENARIOS, name, str(out), *extra], env=env,
-                          capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S)
+    proc = chiefs.run(SCENARIOS, [name, out, *extra], env, SCENARIO_TIMEOUT_S, str(tmp_path))
     assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -39,8 +40,8 @@ def inexact(result: dict) -> str:
     return json.dumps({k: result.get(k) for k in keys})
 
 
-def test_killed_worker_does_not_hang_fit_and_a_restarted_one_rejoins(tmp_path):
-    result = scenario("worker", tmp_path)
+def test_killed_worker_does_not_hang_fit_and_a_restarted_one_rejoins(chiefs, tmp_path):
+    result = scenario(chiefs, "worker", tmp_path)
     first = result["first"]
     # Every task of the first fit ran (the dead worker's moved to live ones) and was applied.
     assert first["tasks"] == first["done"] == first["applied"] == 45
@@ -52,22 +53,22 @@ def test_killed_worker_does_not_hang_fit_and_a_restarted_one_rejoins(tmp_path):
 
 
 @pytest.mark.parametrize("flavour", ["tf_keras", "keras3"])
-def test_killed_ps_raises_clear_error_and_backup_and_restore_resumes(tmp_path, flavour):
+def test_killed_ps_raises_clear_error_and_backup_and_restore_resumes(chiefs, tmp_path, flavour):
     """BSP; the PS killed once epoch 1 was saved: the next epoch's first op on it raises the
     clear error, and a new cluster's fit resumes at epoch 2 with the saved iterations (a Keras
     3 model: Keras 3's BackupAndRestore, through the Keras 3 loop)."""
     ckpt = str(tmp_path / "backup")
     extra = [flavour] if flavour == "keras3" else []
-    result = scenario("ps", tmp_path, ckpt, *extra)
+    result = scenario(chiefs, "ps", tmp_path, ckpt, *extra)
     assert result["error"]["type"] == "ParameterServerError"
     assert "resume from the last checkpoint" in result["error"]["message"]
     assert "BackupAndRestore" in result["error"]["message"]
-    resumed = scenario("resume", tmp_path, ckpt, *extra)
+    resumed = scenario(chiefs, "resume", tmp_path, ckpt, *extra)
     assert resumed["epochs_run"] == 2  # epoch 1 was restored, epochs 2 and 3 ran
     assert resumed["iterations"] == 15  # 5 restored rounds + 10 new ones
 
 
-def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
+def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(chiefs, tmp_path):
     """BSP, 3 PS tasks (PS 2 standing by), copies every 4 applied rounds, every worker reading
     the same batch, so every round is one SGD step on it. PS 1 killed after 6 applied rounds
     (its variables go to PS 2) and its process started again on its address; at the next
@@ -78,7 +79,7 @@ def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
     copy, would differ). Without the failover the fit raises ParameterServerError
     (test_killed_ps_raises_clear_error_...); without the rejoin PS 2's variables go to the
     surviving PS 0, and the test fails on the target."""
-    result = scenario("failover", tmp_path, "bsp", "rejoin")
+    result = scenario(chiefs, "failover", tmp_path, "bsp", "rejoin")
     assert result["error"] is None, result["error"]
     assert result["killed"] == [1, 2] and result["rejoined"] == [1]
     first, second = result["events"]
@@ -93,7 +94,7 @@ def test_two_ps_killed_mid_fit_fail_over_and_the_fit_ends_exact(tmp_path):
     assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), inexact(result)
 
 
-def test_an_asp_fit_fails_over_twice_and_ends_exact(tmp_path):
+def test_an_asp_fit_fails_over_twice_and_ends_exact(chiefs, tmp_path):
     """ASP (no rounds: each step applies its own update) on one worker, whose steps follow
     one another: PS 1 killed after 6 steps, PS 0 six steps after that failover, both onto PS
     2. The copies are taken between two steps, so the fit ends exact: its weights equal a
@@ -101,7 +102,7 @@ def test_an_asp_fit_fails_over_twice_and_ends_exact(tmp_path):
     rolled back (a step run twice, or one lost without being counted, would differ).
     Without ASP's failover (``set_failover`` refused it before) the first death raises
     ParameterServerError and the test fails."""
-    result = scenario("failover", tmp_path, "asp:1", "2")
+    result = scenario(chiefs, "failover", tmp_path, "asp:1", "2")
     assert result["error"] is None, result["error"]
     assert result["killed"] == [1, 0]
     first, second = result["events"]
@@ -118,8 +119,8 @@ def test_an_asp_fit_fails_over_twice_and_ends_exact(tmp_path):
 
 @pytest.mark.parametrize("strategy,kill", [("bsp", "move"), ("epsp", "worker"),
                                            ("bsp", "epoch")])
-def test_a_ps_killed_in_a_move_with_a_worker_or_between_epochs_fails_over(tmp_path, strategy,
-                                                                         kill):
+def test_a_ps_killed_in_a_move_with_a_worker_or_between_epochs_fails_over(chiefs, tmp_path,
+                                                                         strategy, kill):
     """``move``: live rebalancing on, PS 1 killed as ``scale_ps([0, 2])``'s first variable
     move starts, on fit's thread (without the failover taking a death met there, the fit
     raises ParameterServerError); BSP's weights then equal the local replay's. ``epoch``:
@@ -129,7 +130,7 @@ def test_a_ps_killed_in_a_move_with_a_worker_or_between_epochs_fails_over(tmp_pa
     worker 1 killed with PS 1 (without each live worker's input iterators made again, a
     step cancelled in its ``IteratorGetNext`` leaves its iterator ended and the fit fails
     with a cancelled ``RemoteValue``); EPSP goes on on workers 0 and 2."""
-    result = scenario("failover", tmp_path, strategy, kill)
+    result = scenario(chiefs, "failover", tmp_path, strategy, kill)
     assert result["error"] is None, result["error"]
     assert result["killed"] == [1]
     (event,) = result["events"]
@@ -142,12 +143,12 @@ def test_a_ps_killed_in_a_move_with_a_worker_or_between_epochs_fails_over(tmp_pa
         assert result["max_diff"] <= 1e-5 * max(1.0, result["max_weight"]), inexact(result)
 
 
-def test_a_keras3_fit_fails_over(tmp_path):
+def test_a_keras3_fit_fails_over(chiefs, tmp_path):
     """The same scenario with the model in Keras 3 (``tf_hetero.keras3``): H-PS, PS 1 killed
     mid-fit; the fit goes on, and its weights equal a local Keras 3 replay of
     ``iterations`` steps (a variable of Keras 3's optimizer left out of the copy, or not
     restored, would differ)."""
-    result = scenario("failover", tmp_path, "hps", "1", "keras3")
+    result = scenario(chiefs, "failover", tmp_path, "hps", "1", "keras3")
     assert result["error"] is None, result["error"]
     (event,) = result["events"]
     assert event["dead"] == 1 and event["moved"] > 0
@@ -174,12 +175,11 @@ def chaos_judge():
     return chaos
 
 
-def chaos_run(kind: str, strategy: str, tmp_path, *extra) -> dict:
+def chaos_run(chiefs, kind: str, strategy: str, tmp_path, *extra) -> dict:
     out = tmp_path / f"{kind}-{strategy}.json"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CHAOS_DUMP_AFTER_S=str(CHAOS_TIMEOUT_S - 20))
     env.pop("TF_CONFIG", None)
-    proc = subprocess.run([sys.executable, CHAOS, kind, strategy, str(out), *extra], env=env,
-                          capture_output=True, text=True, timeout=CHAOS_TIMEOUT_S)
+    proc = chiefs.run(CHAOS, [kind, strategy, out, *extra], env, CHAOS_TIMEOUT_S, str(tmp_path))
     assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -187,8 +187,9 @@ def chaos_run(kind: str, strategy: str, tmp_path, *extra) -> dict:
 # EPSP slack (late folding) and DynSGD (per-worker lanes) each had a lane bug that only kills
 # showed (FINDINGS.md, bugs 2 and 3); both are here as their regressions.
 @pytest.mark.parametrize("strategy", ["hps", "epspslack", "dynsgd"])
-def test_three_worker_kills_in_one_fit_lose_and_double_no_task_or_round(tmp_path, strategy):
-    result = chaos_run("chaos", strategy, tmp_path)
+def test_three_worker_kills_in_one_fit_lose_and_double_no_task_or_round(chiefs, tmp_path,
+                                                                         strategy):
+    result = chaos_run(chiefs, "chaos", strategy, tmp_path)
     assert chaos_judge().check_chaos(result) == [], result
     c = result["counts"]
     assert result["kills"] == result["restarts"] == 3
@@ -200,10 +201,11 @@ def test_three_worker_kills_in_one_fit_lose_and_double_no_task_or_round(tmp_path
 
 
 @pytest.mark.parametrize("strategy", CHAOS_STRATEGIES)
-def test_killed_ps_then_backup_and_restore_resumes_the_saved_iterations(tmp_path, strategy):
+def test_killed_ps_then_backup_and_restore_resumes_the_saved_iterations(chiefs, tmp_path,
+                                                                        strategy):
     ckpt = str(tmp_path / "backup")
-    ps = chaos_run("ps", strategy, tmp_path, ckpt)
-    resumed = chaos_run("resume", strategy, tmp_path, ckpt)
+    ps = chaos_run(chiefs, "ps", strategy, tmp_path, ckpt)
+    resumed = chaos_run(chiefs, "resume", strategy, tmp_path, ckpt)
     assert chaos_judge().check_resume(ps, resumed) == [], (ps, resumed)
     assert ps["error_raised"]["type"] == "ParameterServerError"
     saved = ps["epoch_end_iterations"][-1]

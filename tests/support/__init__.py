@@ -14,6 +14,8 @@ No test module imports another test module: everything two of them use is here.
 - :mod:`support.notebooks`: the Colab notebooks run with small settings;
 - :mod:`support.layers`: the package's modules and their imports, parsed once (the layer
   check, the doctest collector and the no-TensorFlow check read them);
+- :mod:`support.zygote`: those chief programs forked from one process that imported
+  TensorFlow once;
 - ``support/scenarios/``: chief programs of the failure tests (and benchmarks/chaos.py).
 """
 

@@ -34,7 +34,8 @@ import traceback
 
 from tf_hetero import env as _env
 
-__all__ = ["ForkServer", "ForkServerError", "AVAILABLE", "set_death_signal", "log_tail"]
+__all__ = ["ForkServer", "ForkServerError", "AVAILABLE", "set_death_signal", "log_tail",
+           "serve_forks", "enter_child"]
 
 #: Forking needs PR_SET_PDEATHSIG (a server must die with the fork server) and fork itself.
 AVAILABLE = sys.platform.startswith("linux")
@@ -81,12 +82,15 @@ class ForkServer:
         so that the fork server dies with the caller.
     """
 
-    def __init__(self, env: dict, log_path: str, spawn) -> None:
-        self.log_path = log_path
+    def __init__(self, env: dict, log_path: str, spawn, command: list | None = None,
+                 name: str = "the fork server of this cluster") -> None:
+        self.log_path, self.name = log_path, name
         self._lock = threading.Lock()
         zygote_env = dict(env, OPENBLAS_NUM_THREADS="1")
         with open(log_path, "ab") as log:
-            self._proc = spawn([sys.executable, "-m", "tf_hetero.cluster.forkserver"],
+            # command: another program serving forks the same way (serve_forks), e.g. the
+            # tests' chief zygote (tests/support/zygote.py)
+            self._proc = spawn(command or [sys.executable, "-m", "tf_hetero.cluster.forkserver"],
                                env=zygote_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=log, start_new_session=True)
         self._ready = False
@@ -101,9 +105,10 @@ class ForkServer:
             self._read_reply(timeout)
             self._ready = True
 
-    def fork(self, env: dict, log_path: str) -> "ForkedProcess":
-        """Forks one server: ``env`` (with its ``TF_CONFIG``), output to ``log_path``."""
-        reply = self._request({"op": "fork", "env": env, "log": log_path})
+    def fork(self, env: dict, log_path: str, **request) -> "ForkedProcess":
+        """Forks one server: ``env`` (with its ``TF_CONFIG``), output to ``log_path``
+        (``request``: more of the request, for another :func:`serve_forks` program)."""
+        reply = self._request({"op": "fork", "env": env, "log": log_path, **request})
         return ForkedProcess(self, reply["pid"])
 
     def returncode(self, pid: int) -> int | None:
@@ -158,7 +163,7 @@ class ForkServer:
         return reply
 
     def _error(self, what: str) -> ForkServerError:
-        return ForkServerError(f"the fork server of this cluster (pid {self._proc.pid}) {what}. "
+        return ForkServerError(f"{self.name} (pid {self._proc.pid}) {what}. "
                                f"Its log ({self.log_path}) ends with:\n"
                                + log_tail(self.log_path))
 
@@ -232,6 +237,13 @@ def _serve_requests() -> None:  # pragma: no cover - runs in the fork server's p
         return
     print(f"tf-hetero: fork server (pid {os.getpid()}) imported TensorFlow; forking this "
           "cluster's servers", file=sys.stderr, flush=True)
+    serve_forks(replies, _become_server)
+
+
+def serve_forks(replies, become) -> None:  # pragma: no cover - in the fork server's process
+    """Says it is ready, then forks one child per ``fork`` request (which runs ``become(
+    request, replies)`` and must not return) and answers ``poll`` requests with a child's exit
+    code, until stdin closes."""
     replies.write(encode({"ready": os.getpid()}))
     codes: dict[int, int | None] = {}
     stdin = sys.stdin.buffer
@@ -246,7 +258,7 @@ def _serve_requests() -> None:  # pragma: no cover - runs in the fork server's p
         if request["op"] == "fork":
             pid = os.fork()
             if pid == 0:
-                _become_server(request, replies)
+                become(request, replies)
             codes[pid] = None
             replies.write(encode({"pid": pid}))
         elif request["op"] == "poll":
@@ -262,6 +274,20 @@ def _reap(codes: dict) -> None:  # pragma: no cover - runs in the fork server's 
                 codes[pid] = os.waitstatus_to_exitcode(status)
 
 
+def enter_child(request: dict, replies) -> None:  # pragma: no cover - in a forked child
+    """In a child :func:`serve_forks` forked: dies with the fork server; no stdin; stdout and
+    stderr to ``request["log"]``; the environment ``request["env"]``."""
+    set_death_signal(signal.SIGKILL)  # with the fork server
+    replies.close()
+    null = os.open(os.devnull, os.O_RDONLY)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd, to in ((null, 0), (log, 1), (log, 2)):
+        os.dup2(fd, to)
+    os.close(null)
+    os.close(log)
+    _env.replace(request["env"])
+
+
 def _become_server(request: dict, replies) -> None:  # pragma: no cover - in a forked child
     """The forked child: a session, log and environment of its own, then ``serve``."""
     from tf_hetero.cluster import roles
@@ -269,15 +295,7 @@ def _become_server(request: dict, replies) -> None:  # pragma: no cover - in a f
     code = 1
     try:
         os.setsid()  # like start_new_session: a terminal's Ctrl-C is the chief's alone
-        set_death_signal(signal.SIGKILL)  # with the fork server
-        replies.close()
-        null = os.open(os.devnull, os.O_RDONLY)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        for fd, to in ((null, 0), (log, 1), (log, 2)):
-            os.dup2(fd, to)
-        os.close(null)
-        os.close(log)
-        _env.replace(request["env"])
+        enter_child(request, replies)
         code = roles.serve(roles.parse_tf_config())
     except BaseException:  # pylint: disable=broad-except
         traceback.print_exc()
