@@ -304,7 +304,8 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
         A step that TF cancelled because the data ran out raises an ``OutOfRangeError`` that
         says so: Keras' ``fit`` catches the end of the data at ``join`` ("Your input ran out
         of data; interrupting training") and then fetches the last step's logs, which stock
-        TF fails with a bare ``CancelledError``."""
+        TF fails with a bare ``CancelledError`` (or, if that step met the end itself, its
+        bare ``OutOfRangeError``: said the same way)."""
         ready = tfcompat.coordinator.remote_value_ready(remote_value)
         coordinator = weakref.ref(self)
         fit = self.errors_reached_user
@@ -320,10 +321,15 @@ class HeteroCoordinator(tfcompat.coordinator.ClusterCoordinator):
                     raise
             try:
                 original()
-            except tf.errors.CancelledError as e:
+            except (tf.errors.CancelledError, tf.errors.OutOfRangeError) as e:
                 if this is None or this.ran_out_in != fit:
                     raise
-                raise tf.errors.OutOfRangeError(None, None, errors.RAN_OUT) from e
+                # A step TF cancelled, or the step that met the end of the data itself (its
+                # bare "End of sequence"; under ASP the step whose logs Keras fetches last
+                # can be that one: seen once in CI)
+                cancelled = isinstance(e, tf.errors.CancelledError)
+                raise tf.errors.OutOfRangeError(
+                    None, None, errors.RAN_OUT if cancelled else errors.RAN_OUT_FIT) from e
 
         tfcompat.coordinator.wrap_remote_wait(
             remote_value, lambda original: functools.partial(wait_and_maybe_error, original))

@@ -66,8 +66,9 @@ def _in_thread(fn, timeout=CALL_TIMEOUT_S):
     return out.get("value")
 
 
-def _custom_loop(strategy):
-    """The TF parameter-server tutorial's custom training loop, strategy line swapped."""
+def _custom_loop(strategy, dataset_fn=None):
+    """The TF parameter-server tutorial's custom training loop, strategy line swapped
+    (``dataset_fn``: each worker's data, default the small problem's, repeated)."""
     import tensorflow as tf
     import tf_keras as keras
 
@@ -92,7 +93,7 @@ def _custom_loop(strategy):
 
     @tf.function
     def per_worker_dataset_fn():
-        return strategy.distribute_datasets_from_function(small.dataset_fn(B))
+        return strategy.distribute_datasets_from_function(dataset_fn or small.dataset_fn(B))
 
     iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
     return model, optimizer, coordinator, lambda: coordinator.schedule(step_fn, args=(iterator,))
@@ -164,6 +165,43 @@ def test_a_fit_whose_data_runs_out_says_so_and_the_next_fit_trains(cluster, name
         _in_thread(lambda: model.fit(finite, epochs=1, steps_per_epoch=40 * N, verbose=0))
     model = _in_thread(lambda: _fit(strategy, model_seed=2))
     assert int(model.optimizer.iterations.numpy()) >= 1
+
+
+def test_the_step_that_met_the_end_of_the_data_says_so_when_fetched(cluster):
+    """After the end of the data reached the user, fetching any step of that fit says the data
+    ran out, also the step that met the end itself (TF's bare "End of sequence"): under ASP
+    the step whose logs Keras fetches last can be that one, and a fit once ended with the
+    bare error in CI (test_a_fit_whose_data_runs_out_says_so_and_the_next_fit_trains[asp])."""
+    import tensorflow as tf
+
+    import tf_hetero
+
+    strategy = tf_hetero.ASPStrategy(cluster.resolver)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(B, small.FEATURES)).astype("float32")
+    y = rng.integers(0, small.CLASSES, len(x))
+
+    def one_batch(ctx):  # each worker's whole data
+        return small.without_autotune(tf.data.Dataset.from_tensor_slices((x, y)).batch(B))
+
+    _, _, coordinator, schedule = _custom_loop(strategy, one_batch)
+    values = []
+
+    def schedule_all():  # more steps than batches: one meets the end, or the queue's error
+        for _ in range(2 * N + 1):
+            values.append(schedule())
+        coordinator.join()
+
+    with pytest.raises(tf.errors.OutOfRangeError):
+        _in_thread(schedule_all)
+    failed = []
+    for v in values:
+        try:
+            _in_thread(v.fetch)
+        except tf.errors.OutOfRangeError as e:
+            failed.append(str(e))
+    assert any("tf-hetero: the training data ran out during this fit" in m for m in failed)
+    assert all("Fix: end the dataset with .repeat()" in m for m in failed), failed
 
 
 @pytest.mark.parametrize("name", ["hps", "asp"])
