@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support import small
+from support import fit, small
 
 pytestmark = pytest.mark.cluster
 
@@ -77,30 +77,9 @@ def test_a_round_task_result_stays_on_its_worker_and_its_round_checks_its_loss(
     the one ``fit`` holds for its logs, copied by its worker's thread as TF would (a worker
     lost between that step and ``join`` would otherwise fail the fit: chaos), and that is
     about all (ASP: every step's, its only loss check)."""
-    import threading
-
-    from tensorflow.python.distribute.coordinator import values
-
     from tf_hetero.strategies import registry
 
-    copies = []  # (result, thread name) per copy to the chief
-    stock = values.RemoteValueImpl._copy_to_local
-
-    def counting(self):
-        copies.append((self, threading.current_thread().name))
-        return stock(self)
-
-    monkeypatch.setattr(values.RemoteValueImpl, "_copy_to_local", counting)
-    from tf_hetero import tfcompat
-
-    held = []  # the result fit held at join (its logs)
-    stock_copy = tfcompat.coordinator.copy_to_chief
-
-    def copying(remote_value):
-        held.append(remote_value)
-        stock_copy(remote_value)
-
-    monkeypatch.setattr(tfcompat.coordinator, "copy_to_chief", copying)
+    copies, held = fit.record_copies_to_chief(monkeypatch)  # held: fit's, at join
     strategy = registry.make(name, cluster.resolver)
     steps = 40
     _fit(strategy, lr=0.05, steps=steps)

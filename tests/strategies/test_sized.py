@@ -12,6 +12,7 @@ import pytest
 from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
 
 from support import small
+from support.fit import record_copies_to_chief
 
 pytestmark = pytest.mark.cluster
 
@@ -174,27 +175,9 @@ def test_epsp_pioneers_take_a_left_out_stragglers_share_in_their_one_task(cluste
     """... and the fit's last step, absorbed, ends with a pioneer's result, which that
     worker's thread copies to the chief (``fit`` holds it for its logs; a worker lost before
     ``join`` would otherwise take them along)."""
-    import threading
-
-    from tensorflow.python.distribute.coordinator import values
-
     import tf_hetero
-    from tf_hetero import tfcompat
 
-    copies, held = [], []  # (result, thread name) per copy to the chief; fit's at join
-    stock, stock_copy = values.RemoteValueImpl._copy_to_local, tfcompat.coordinator.copy_to_chief
-
-    def counting(self):
-        copies.append((self, threading.current_thread().name))
-        return stock(self)
-
-    def joining(remote_value):
-        if threading.current_thread() is threading.main_thread():
-            held.append(remote_value)
-        stock_copy(remote_value)
-
-    monkeypatch.setattr(values.RemoteValueImpl, "_copy_to_local", counting)
-    monkeypatch.setattr(tfcompat.coordinator, "copy_to_chief", joining)
+    copies, held = record_copies_to_chief(monkeypatch)  # held: fit's, at join
     rounds = 10
     strategy = tf_hetero.EPSPStrategy(cluster.resolver, granularity=GRANULE, window=3,
                                       probe_every=100, transfer_factor=None)

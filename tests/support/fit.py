@@ -1,6 +1,7 @@
 """Fits on the shared in-process cluster (3 workers, 2 PS) and what the strategy tests check
 after them: per-worker data blocks, the optimizers every exactness test runs, a digits fit
-under an emulated profile, and the "every task applied once or dropped" check."""
+under an emulated profile, the "every task applied once or dropped" check, and a record of
+the results copied to the chief."""
 
 from __future__ import annotations
 
@@ -111,3 +112,32 @@ def random_blocks(rounds, seed=0):
     x = rng.normal(size=(rounds * N * B, 5)).astype("float32")
     y = rng.integers(0, 3, rounds * N * B)
     return x, y
+
+
+def record_copies_to_chief(monkeypatch):
+    """Records the results copied to the chief from here on: ``(copies, held)``, ``copies``
+    a list of ``(result, thread name)`` per copy TF makes (``_copy_to_local``), ``held`` the
+    results the fit's ``join`` copies itself on the main thread
+    (``tfcompat.coordinator.copy_to_chief``: the one ``fit`` holds for its logs, if no worker
+    thread copied it before)."""
+    import threading
+
+    from tensorflow.python.distribute.coordinator import values
+
+    from tf_hetero import tfcompat
+
+    copies, held = [], []
+    stock, stock_copy = values.RemoteValueImpl._copy_to_local, tfcompat.coordinator.copy_to_chief
+
+    def counting(self):
+        copies.append((self, threading.current_thread().name))
+        return stock(self)
+
+    def joining(remote_value):
+        if threading.current_thread() is threading.main_thread():
+            held.append(remote_value)
+        stock_copy(remote_value)
+
+    monkeypatch.setattr(values.RemoteValueImpl, "_copy_to_local", counting)
+    monkeypatch.setattr(tfcompat.coordinator, "copy_to_chief", joining)
+    return copies, held
