@@ -28,8 +28,9 @@ small gradients; policies/diverge.py). The loss is the one each step returns
   The result of the step scheduled last, which ``fit`` holds for its logs, is copied by its
   worker's thread as TF would, if it is still the last once its step has run (an epoch's
   last step; :meth:`LossWatch.copying`; absorbed, by the thread of the task whose result
-  ends it: ``hand_on``), so a worker lost after that step does not take it along; ``join`` copies it if that did not happen (:meth:`LossWatch.flush`); a custom
-  loop's other results are copied when it reads them.
+  ends it: ``hand_on``), so a worker lost after that step does not take it along;
+  ``join`` copies it if that did not happen (:meth:`LossWatch.flush`); a custom loop's
+  other results are copied when it reads them.
 """
 
 from __future__ import annotations

@@ -140,27 +140,22 @@ def robust_sd(xs) -> float:
     return float(q3 - q1) / 1.349
 
 
-def _kinds(rows: list, n: int) -> dict:
-    """Each row's strategy -> (its path: "stock", "engine", "sized" or "local"; its
-    assignment policy's class)."""
-    from tf_hetero.strategies import registry
-
-    kinds = {}
-    for r in rows:
-        c = registry.engine_config(r["strategy"], n)
-        kinds[r["strategy"]] = ("local" if c.local is not None else "stock" if not c.uses_engine
-                                else "sized" if c.granule else "engine", type(c.assign))
-    return kinds
+def _kind(config) -> str:
+    """A row's path from its engine config: "stock", "engine", "sized" or "local"."""
+    return ("local" if config.local is not None else "stock" if not config.uses_engine
+            else "sized" if config.granule else "engine")
 
 
-def _excesses(rows: list, cfg: dict, device: DeviceTimes, kinds: dict, base: CostModel):
+def _excesses(rows: list, cfg: dict, device: DeviceTimes, configs: dict, base: CostModel):
     """Each path's per-step time beyond the device's (``excess``), the first steps', the
-    exact paths' step jitter and the buffer path's own push jitter."""
+    exact paths' step jitter and the buffer path's own push jitter (``configs``: each row's
+    engine config)."""
+    kinds = {s: _kind(c) for s, c in configs.items()}
     excess = {k: [] for k in ("stock", "engine", "local", "sized")}
     firsts, jitter = [], []
     spreads = {}  # sized and buffer-path rows: each step's excess minus its worker's median
     for r in rows:
-        kind = kinds[r["strategy"]][0]
+        kind = kinds[r["strategy"]]
         got = _excess(r, cfg, device, sized=kind in ("local", "sized"))
         excess[kind] += [u for u, _, _ in got]
         firsts += [f for _, f, _ in got]
@@ -170,10 +165,10 @@ def _excesses(rows: list, cfg: dict, device: DeviceTimes, kinds: dict, base: Cos
             spreads[r["strategy"]] = [x for _, _, spread in got for x in spread]
     # The buffer path's own spread, against the rows that size their tasks alike without it
     # (their spread holds the same step jitter and size changes).
-    local = [x for s, xs in spreads.items() if kinds[s][0] == "local" for x in xs]
-    local_assigns = {kinds[s][1] for s in spreads if kinds[s][0] == "local"}
+    local = [x for s, xs in spreads.items() if kinds[s] == "local" for x in xs]
+    local_assigns = {type(configs[s].assign) for s in spreads if kinds[s] == "local"}
     alike = [x for s, xs in spreads.items()
-             if kinds[s][0] == "sized" and kinds[s][1] in local_assigns for x in xs]
+             if kinds[s] == "sized" and type(configs[s].assign) in local_assigns for x in xs]
     push_jitter = (float(np.sqrt(max(0.0, robust_sd(local) ** 2 - robust_sd(alike) ** 2)))
                    if len(local) > 3 and len(alike) > 3 else base.local_push_jitter_s)
     return excess, firsts, jitter, push_jitter
@@ -198,14 +193,14 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
                          "a JSON written by tf-hetero bench (or "
                          "benchmarks/measured/one_slow.json).")
     n = cfg["workers"]
-    kinds = _kinds(rows, n)
+    configs = {r["strategy"]: registry.engine_config(r["strategy"], n) for r in rows}
     excess, firsts, jitter, push_jitter = _excesses(
-        rows, cfg, DeviceTimes(Profile.parse(cfg["profile"]), n), kinds, base)
+        rows, cfg, DeviceTimes(Profile.parse(cfg["profile"]), n), configs, base)
     task_s = _median(excess["engine"], "task_s (bsp, backup, ssp)")
     breakdowns = [r["round_breakdown_ms"] for r in rows if r.get("round_breakdown_ms")]
     dispatch_s = _median([2e-3 * b["dispatch"] / (n + 1) for b in breakdowns], "dispatch_s")
-    waits_all = [r for r in rows if type(registry.engine_config(r["strategy"], n).sync).__name__
-                 == "AllTasks" and r.get("round_breakdown_ms")]
+    waits_all = [r for r in rows if type(configs[r["strategy"]].sync).__name__ == "AllTasks"
+                 and r.get("round_breakdown_ms")]
     first_apply = []
     for r in waits_all:
         gaps = _idle_gaps(r["timeline"])
@@ -214,9 +209,9 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
     # The breakdown's mean apply includes the first one (tracing), which first_apply_s adds
     # once: apply_s is the mean without that extra (at 100 rounds, ~9 ms of a 28-ms mean).
     first_apply_s = max(0.0, _median(first_apply, "first_apply_s (bsp, epsp, hps)"))
-    async_gaps = [g for r in rows if kinds[r["strategy"]][0] == "stock"
+    async_gaps = [g for r in rows if _kind(configs[r["strategy"]]) == "stock"
                   for g in _idle_gaps(r["timeline"])]
-    stock = [r for r in rows if kinds[r["strategy"]][0] == "stock"]
+    stock = [r for r in rows if _kind(configs[r["strategy"]]) == "stock"]
     grad = rows[0]["gradient_bytes_per_sample"] * cfg["batch_size"]
     wire = (stock[0]["bytes_to_ps_per_sample"] / stock[0]["gradient_bytes_per_sample"]
             if stock and stock[0].get("bytes_to_ps_per_sample") else base.wire_factor)
@@ -231,8 +226,8 @@ def fit(bench: dict, base: CostModel | None = None) -> CostModel:
         first_task_s=max(0.0, _median(firsts, "first_task_s")),
         jitter_quantiles_s=_quantiles(jitter),
         apply_s=max(0.0, _median([b["apply"] * 1e-3 - (first_apply_s / b["rounds"]
-                                                      if b.get("rounds") else 0.0)
-                                 for b in breakdowns], "apply_s")),
+                                                       if b.get("rounds") else 0.0)
+                                  for b in breakdowns], "apply_s")),
         first_apply_s=first_apply_s,
         setup_s=_median([r["setup_s"] for r in rows], "setup_s"),
         epoch_s=max(0.0, _median(async_gaps, "epoch_s (pss, asp)") - dispatch_s),

@@ -119,9 +119,10 @@ def resume_scenario(out, ckpt, keras3=False):
 
 
 def failover_scenario(out, name="bsp", kills="1", flavour="tf_keras"):
-    """``name`` (BSP by default) on 3 workers and 3 PS tasks (PS 2 standing by), every worker reading the same
-    batch (one granule), so every round is one SGD step on it, whatever its shares: PS 1 is killed after a few rounds, the
-    failover re-creates its variables on PS 2 from the last copy and the fit goes on. The
+    """``name`` (BSP by default) on 3 workers and 3 PS tasks (PS 2 standing by), every
+    worker reading the same batch (one granule), so every round is one SGD step on it,
+    whatever its shares: PS 1 is killed after a few rounds, the failover re-creates its
+    variables on PS 2 from the last copy and the fit goes on. The
     final weights are compared with a local model that made ``iterations`` steps on that
     batch from the same initial weights. ``kills`` 2: PS 0 is killed too, 6 applied rounds
     after the first failover (its variables go to the surviving PS 2); ``apply``: PS 1 is
