@@ -128,7 +128,7 @@ class ClosureDispatcher:
             weights[lane, slot], expected[lane, slot] = 1.0, round_id
         for (lane, fold_slot), (late_round, weight) in folds.items():
             weights[lane, fold_slot], expected[lane, fold_slot] = weight, late_round
-        args = _apply_args(weights, expected, rnd.scale, rnd.max_norm)
+        args = _apply_args(weights, expected, rnd.scale, rnd.max_norm, rnd.velocity)
         fn = self._round_apply_fn(self._round_accumulators(round_id, folds), args)
         # Run from the chief, in order (applier.py): an apply on a worker's queue waited
         # behind that worker's task and held the worker up.
@@ -165,13 +165,13 @@ class ClosureDispatcher:
         fns = [a.make_apply_fn(a.optimizer) for a in accumulators]
 
         @tf.function(autograph=False)
-        def fn(weights, expected, scale, max_norm):
+        def fn(weights, expected, scale, max_norm, velocity):
             # Each: [micro-batches, gradient norm, units, lanes, mean_sq, lane_sq, loss,
             # skipped] (round_apply.GRADIENT_STATS). The accumulators share the round's
             # lanes, so counts come from the first; squared norms add up over the
             # variables; the loss is the first set's (the one its step's `minimize` was
             # given); a LossScaleOptimizer's skip is a skip of the round.
-            out = [f(weights, expected, scale, max_norm) for f in fns]
+            out = [f(weights, expected, scale, max_norm, velocity) for f in fns]
             norm = tf.sqrt(tf.add_n([o[1] ** 2 for o in out]))
             return tf.stack([out[0][0], norm, out[0][2], out[0][3],
                              tf.add_n([o[4] for o in out]), tf.add_n([o[5] for o in out]),
@@ -220,7 +220,7 @@ class ClosureDispatcher:
         round's close then finds its apply traced instead of tracing it (~0.2-0.4 s here)
         between its close and its apply. An error here is left for the round's own trace to
         raise."""
-        args = _apply_args(*self._apply_arrays(), 1.0, 0.0)  # a trace reads shapes, dtypes
+        args = _apply_args(*self._apply_arrays(), 1.0)  # a trace reads shapes, dtypes
         for key in keys:
             with self._apply_lock:
                 if key in self._apply_fns:
@@ -243,10 +243,10 @@ class ClosureDispatcher:
 
 
 def _apply_args(weights: np.ndarray, expected: np.ndarray, scale: float,
-                max_norm: float = 0.0) -> tuple:
+                max_norm: float = 0.0, velocity: float = 1.0) -> tuple:
     """The arguments of a round's apply function, as tensors (one signature, one trace)."""
     return (tf.constant(weights), tf.constant(expected), tf.constant(scale, tf.float32),
-            tf.constant(max_norm, tf.float32))
+            tf.constant(max_norm, tf.float32), tf.constant(velocity, tf.float32))
 
 
 def hand_on(closure, copy_when: Callable[[object], bool] | None = None) -> None:

@@ -19,7 +19,7 @@ __all__ = ["make_apply_fn", "GRADIENT_STATS", "column"]
 
 
 def make_apply_fn(accs, optimizer, sparse: list):
-    """A ``tf.function(weights, expected, scale, max_norm)`` applying one update of the
+    """A ``tf.function(weights, expected, scale, max_norm, velocity)`` applying one update of the
     lanes of ``accs`` (:class:`~tf_hetero.strategies.runtime.accumulate.Accumulators`;
     ``sparse[i]``: variable ``i`` is in sparse mode) with the user's ``optimizer``.
 
@@ -30,7 +30,10 @@ def make_apply_fn(accs, optimizer, sparse: list):
     ``sum(w * acc) / sum(w * count)``, times ``scale`` (a float32 scalar:
     the round's :class:`~tf_hetero.engine.api.UpdateScale`, 1 for most), scaled down
     so that the mean's norm (before ``scale``) is at most ``max_norm`` when that is
-    positive (a spike the update scale clips; 0: no bound). A sparse-mode
+    positive (a spike the update scale clips; 0: no bound). When ``velocity`` (a float32
+    scalar) is below 1, the optimizer's velocity is scaled by it first (SGD with momentum:
+    a step the update scale backed off acts from this update on, not only as the old
+    velocity decays; :func:`tf_hetero.tfcompat.variables.velocity_slots`). A sparse-mode
     variable's mean goes to the optimizer as ``IndexedSlices`` of the rows the included
     lanes wrote (unique, sorted), as a stock step on the concatenated batch passes
     ``IndexedSlices``. Returns ``[micro-batches it
@@ -61,7 +64,7 @@ def make_apply_fn(accs, optimizer, sparse: list):
     skips = tfcompat.keras3.is_loss_scale_optimizer(optimizer)
 
     @tf.function(autograph=False)
-    def apply_fn(weights, expected, scale, max_norm):
+    def apply_fn(weights, expected, scale, max_norm, velocity):
         def step():
             back = tf.constant(1.0) if loss_scale is None else tf.cast(loss_scale,
                                                                        tf.float32)
@@ -94,6 +97,9 @@ def make_apply_fn(accs, optimizer, sparse: list):
             stats = [tf.cast(n_own, tf.float64), tf.reduce_sum(tf.cast(own, tf.float64)),
                      tf.add_n(own_sq) if own_sq else zero,
                      tf.add_n(lane_sq) if lane_sq else zero, loss]
+            # Before the update: automatic control dependencies run ops on one variable
+            # (the velocity slot) in program order.
+            _damp(optimizer, accs.variables, velocity)
             done, skipped = _update(optimizer, grads, accs.variables, skips, tau_extra,
                                     scale)
             with tf.control_dependencies(done):
@@ -111,6 +117,22 @@ def _clip(norm, max_norm, scale, finite):
     bound = tf.cast(max_norm, tf.float64) * tf.cast(scale, tf.float64)
     return tf.where((bound > 0) & (norm > bound) & finite,
                     bound / tf.maximum(norm, 1e-30), tf.constant(1.0, tf.float64))
+
+
+def _damp(optimizer, variables, velocity):
+    """Scales the optimizer's velocity of ``variables`` by ``velocity`` when it is below 1
+    (a no-op branch otherwise: most rounds pay one comparison). Nothing for an optimizer
+    without a velocity in weight units (tfcompat.variables.velocity_slots)."""
+    slots = [s for v in variables for s in tfcompat.variables.velocity_slots(optimizer, v)]
+    if not slots:
+        return None
+
+    def scale():
+        ops = [s.assign(s * tf.cast(velocity, s.dtype)) for s in slots]
+        with tf.control_dependencies(ops):
+            return tf.constant(True)
+
+    return tf.cond(velocity < 1.0, scale, lambda: tf.constant(False))
 
 
 def _update(optimizer, grads, variables, skips: bool, tau_extra, scale):

@@ -194,22 +194,25 @@ def test_rounds_whose_gradient_explodes_halve_the_step_for_the_rest_of_the_fit()
         c.bind(num_workers=4, step_units=4, unit_samples=8)
         engine = _Engine(_Monitor([[0.01] * 4] * 3 + [[0.04] * 4]), 4)
         c.attach(engine)
-        out = []
+        out, velocity = [], []
         for norm in [1.0] * 8 + [8.0, 40.0] + [3.0] * 4:
             engine.monitor.rounds.append(R(norm, c.gain_now))
             c.after_event()
             out.append(c.gain_now)
-        return c, out
+            velocity.append(c.velocity())  # as the engine asks at the next round's close
+        return c, out, velocity
 
-    c, steps = run()
+    c, steps, velocity = run()
     assert steps == [8.0] * 9 + [4.0] * 5
+    # the velocity the 8x steps built is halved with the step, once
+    assert velocity == [1.0] * 9 + [0.5] + [1.0] * 4
     # a spike's update is clipped: 6x the median mean-gradient norm before the step (3 / 4)
     assert c.max_norm() == pytest.approx(6 * 3.0 / 4.0)
     assert c.decisions[-1][3] == 4.0
     assert c.lines[-1].startswith("step at most 4.00x the one-batch rate from now on: the "
                                   "mean gradient's norm rose to 8x and 40x the median")
-    c_off, off = run(unstable=0)
-    assert off == [8.0] * 14 and c_off.max_norm() == 0.0
+    c_off, off, velocity_off = run(unstable=0)
+    assert off == [8.0] * 14 and c_off.max_norm() == 0.0 and velocity_off == [1.0] * 14
     with pytest.raises(ValueError, match=r"AutoConfig\(unstable=1\)"):
         AutoConfig(unstable=1)
 

@@ -266,6 +266,20 @@ def test_a_bsp_round_applies_one_step_on_the_mean_gradient_of_what_was_read():
     assert np.allclose(sim.learner.params, expected, atol=1e-6)
 
 
+def test_a_round_whose_velocity_is_scaled_steps_with_the_scaled_velocity():
+    """``apply_round(velocity=f)`` scales the momentum's velocity before the update, as the
+    runtime's apply does (tf_keras' rule ``m = momentum m - lr g; w += m``)."""
+    m = Learner(num_workers=1, batch_size=8, lr=0.1, momentum=0.9, seed=0)
+    g = m.gradient(m.params, 0, 8)
+    m.write(0, 0, 0, g * 8, 8)
+    m.apply_round(0, 0, {0: 8}, {})
+    v, p = m.velocity.copy(), m.params.copy()
+    m.write(0, 0, 1, g * 8, 8)
+    m.apply_round(1, 0, {0: 8}, {}, velocity=0.25)
+    assert np.allclose(m.velocity, 0.9 * 0.25 * v - 0.1 * g, atol=1e-7)
+    assert np.allclose(m.params, p + m.velocity, atol=1e-7)
+
+
 def test_async_steps_read_the_model_before_their_peers_updates():
     sim = Simulation("pss", small_cfg(tasks=20, steps_per_epoch=20), CostModel(), learn=True)
     seen = []

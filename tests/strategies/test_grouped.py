@@ -79,10 +79,11 @@ def test_speed_groups_form_around_the_straggler(cluster):
     assert len(tasks) == steps and all(t.state == "done" for t in tasks)
 
 
-def _one_group_fit(cluster, data, update_scale):
-    """A fit of one group of all workers under ``update_scale`` (SGD 0.2), and
-    ``reference(optimizer)``: the weights of large-batch SGD on the same rounds' batches with
-    ``optimizer``, and its loss of each round's batch before the round's update."""
+def _one_group_fit(cluster, data, update_scale, momentum=0.0):
+    """A fit of one group of all workers under ``update_scale`` (SGD 0.2 with ``momentum``),
+    and ``reference(optimizer, before=None)``: the weights of large-batch SGD on the same
+    rounds' batches with ``optimizer`` (``before(k, model)`` called before round ``k``'s
+    step), and its loss of each round's batch before the round's update."""
     import dataclasses
 
     import tf_keras as keras
@@ -94,16 +95,19 @@ def _one_group_fit(cluster, data, update_scale):
         config.grouped(N, groups=1), update_scale=update_scale))
     with strategy.scope():
         model = fit.model()
-        model.compile(keras.optimizers.SGD(0.2), fit.loss())
+        model.compile(keras.optimizers.SGD(0.2, momentum=momentum), fit.loss())
     model.fit(keras.utils.experimental.DatasetCreator(fit.per_worker_fn(x, y)), epochs=1,
               steps_per_epoch=N * ROUNDS, verbose=0)
     xs, ys = x.reshape(ROUNDS, N, B, 5), y.reshape(ROUNDS, N, B)
 
-    def reference(reference_optimizer):
+    def reference(reference_optimizer, before=None):
         m = fit.model()
         m.compile(reference_optimizer, fit.loss())
-        losses = [m.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B))
-                  for k in range(ROUNDS)]
+        losses = []
+        for k in range(ROUNDS):
+            if before is not None:
+                before(k, m)
+            losses.append(m.train_on_batch(xs[k].reshape(N * B, 5), ys[k].reshape(N * B)))
         return m.get_weights(), losses
 
     return strategy, model, reference
@@ -150,6 +154,40 @@ def test_a_max_norm_clips_the_round_mean_on_the_ps_as_a_global_clipnorm(cluster,
         np.testing.assert_allclose(got, want, atol=1e-5)
     assert not all(np.allclose(g, w, atol=1e-4)
                    for g, w in zip(model.get_weights(), reference(keras.optimizers.SGD(0.2))[0]))
+
+
+def test_a_velocity_factor_scales_the_optimizers_momentum_before_the_rounds_update(
+        cluster, data):
+    """An update scale's ``velocity()`` (asked at each round's close) scales SGD's momentum
+    on the PS before that round's update: one group of all workers, momentum 0.9, the
+    third round's velocity halved == large-batch SGD whose momentum slots are halved
+    before its third step (and not the run without it)."""
+    import tf_keras as keras
+
+    class Damped:
+        asked = 0
+
+        def scale(self, group_size, num_workers, staleness, fraction=1.0):
+            return 1.0
+
+        def velocity(self):
+            self.asked += 1
+            return 0.5 if self.asked == 3 else 1.0
+
+    strategy, model, reference = _one_group_fit(cluster, data, Damped(), momentum=0.9)
+    velocities = [r.velocity for r in strategy.engine.rounds]
+    assert velocities == [1.0, 1.0, 0.5] + [1.0] * (ROUNDS - 3)
+
+    def halve(k, m):
+        if k == 2:
+            for slot in m.optimizer.momentums:
+                slot.assign(0.5 * slot)
+
+    damped, _ = reference(keras.optimizers.SGD(0.2, momentum=0.9), before=halve)
+    for got, want in zip(model.get_weights(), damped):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    plain, _ = reference(keras.optimizers.SGD(0.2, momentum=0.9))
+    assert not all(np.allclose(g, w, atol=1e-4) for g, w in zip(model.get_weights(), plain))
 
 
 def test_dynsgd_scales_stale_updates_down(cluster):

@@ -20,6 +20,7 @@ from support import keras3 as k3
 keras = LazyModule("keras")
 tf = LazyModule("tensorflow")
 K3 = LazyModule("tf_hetero.tfcompat.keras3")
+TFVARS = LazyModule("tf_hetero.tfcompat.variables")
 
 pytestmark = pytest.mark.tensorflow  # its tests import TensorFlow (one xdist group)
 
@@ -173,6 +174,9 @@ def test_a_keras3_variable_is_sized_and_its_slots_found_by_the_tf_variable_it_ho
         want = [K3.tf_variable(getattr(opt, kind)[0]) for kind in kinds]
         assert K3.optimizer_slots(opt, kernel) == K3.optimizer_slots(opt, inner) == want
         assert all(w.shape == inner.shape for w in want)
+        # the velocity a back-off scales: SGD's momentum only (Adam's are in gradient units)
+        velocity = want if isinstance(opt, keras.optimizers.SGD) else []
+        assert TFVARS.velocity_slots(opt, kernel) == velocity
     other = tf.Variable(1.0)
     assert K3.optimizer_slots(opt, other) == [] and not K3.is_optimizer(object())
 

@@ -286,6 +286,11 @@ class RoundCycle:
                 rnd.max_norm = float(max_norm() or 0.0)
                 if rnd.max_norm:
                     rnd.info["max_norm"] = rnd.max_norm
+            velocity = getattr(self.update_scale, "velocity", None)
+            if velocity is not None:
+                rnd.velocity = float(velocity())
+                if rnd.velocity != 1.0:
+                    rnd.info["velocity"] = rnd.velocity
         book.open = None
         if rnd.lanes or folds:
             if book.applying is None:

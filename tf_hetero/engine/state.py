@@ -152,6 +152,10 @@ class Round:
     #: Largest norm of the round's mean gradient (before ``scale``) its apply takes: a
     #: larger one is scaled down to it (UpdateScale's optional ``max_norm``); 0: no bound.
     max_norm: float = 0.0
+    #: Factor on the optimizer's velocity before the round's update (UpdateScale's
+    #: optional ``velocity``: a step backed off acts at once, not as the old velocity
+    #: decays); 1: as is.
+    velocity: float = 1.0
     info: dict = dataclasses.field(default_factory=dict)  # what the policies decided (a log)
     _in_prefix: int = dataclasses.field(default=0, repr=False)  # tasks known in (all_done)
 

@@ -158,7 +158,7 @@ class SimDispatcher:
         if self.learner is not None:
             applied, norm, sample = self.learner.apply_round(
                 round_id, rnd.slot, lanes, folds, scale=getattr(rnd, "scale", 1.0),
-                max_norm=getattr(rnd, "max_norm", 0.0))
+                max_norm=getattr(rnd, "max_norm", 0.0), velocity=getattr(rnd, "velocity", 1.0))
         else:
             applied, norm = sum(lanes.values()), None
             applied += sum(engine.rounds[r].lanes.get(lane, 0)

@@ -203,10 +203,11 @@ class Learner:
         return self.buffer.pop(worker, None)
 
     def apply_round(self, round_id: int, slot: int, lanes, folds,
-                    scale: float = 1.0, max_norm: float = 0.0
+                    scale: float = 1.0, max_norm: float = 0.0, velocity: float = 1.0
                     ) -> tuple[int, float, GradientSample]:
         """One round's apply (its mean gradient times ``scale``, the round's update scale,
-        scaled down to a norm of ``max_norm`` before the scale when positive, as the runtime's):
+        scaled down to a norm of ``max_norm`` before the scale when positive, the velocity
+        scaled by ``velocity`` first when below 1, as the runtime's):
         returns (micro-batches applied, norm of the mean gradient, what the runtime's apply
         measures of the gradient's noise: its own lanes' :class:`GradientSample`)."""
         weights = {(lane, slot): (round_id, 1.0) for lane in lanes}
@@ -235,5 +236,7 @@ class Learner:
             g = np.zeros_like(g)  # as the runtime: applied as zeros, the engine stops
         elif max_norm > 0 and norm > max_norm * scale:
             g = g * (max_norm * scale / norm)
+        if velocity < 1.0:
+            self.velocity = self.velocity * velocity
         self._step(g, self.lr)
         return applied, norm, sample

@@ -23,7 +23,8 @@ The tests that fail when an upgrade breaks one are named in docs/TF_INTERNALS.md
 from __future__ import annotations
 
 __all__ = ["is_ps_variable", "caching_variable", "inner_variable", "swap_inner",
-           "resource_variable", "variable_strategy", "optimizer_slots", "tracked_child",
+           "resource_variable", "variable_strategy", "optimizer_slots", "velocity_slots",
+           "tracked_child",
            "track_child", "model_strategy", "model_variables_strategy"]
 
 
@@ -106,6 +107,31 @@ def optimizer_slots(optimizer, variable) -> list:
 
         out.extend(slots.get(_var_key(variable), {}).values())
     return out
+
+
+def velocity_slots(optimizer, variable) -> list:
+    """The slot holding ``optimizer``'s velocity of ``variable`` in weight units, the one
+    SGD with momentum adds to the weights each update (``m = momentum m - lr g; w += m``:
+    tf_keras' ``SGD``, tk/optimizers/sgd.py ~110, and Keras 3's, k3/optimizers/sgd.py; one
+    slot kind, so its :func:`optimizer_slots`); ``[]`` for any other optimizer, whose
+    state is in gradient units (Adam's moments) or made inside its first update (a
+    legacy ``OptimizerV2`` creates its slots in ``apply_gradients``). A
+    ``LossScaleOptimizer``'s is its inner optimizer's."""
+    import tf_keras
+
+    from tf_hetero.tfcompat import keras3
+
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is not None:
+        optimizer = inner
+    kinds = [tf_keras.optimizers.SGD]
+    if keras3.is_optimizer(optimizer):
+        import keras
+
+        kinds.append(keras.optimizers.SGD)
+    if not isinstance(optimizer, tuple(kinds)):
+        return []
+    return optimizer_slots(optimizer, variable)
 
 
 def tracked_child(trackable, name: str):
