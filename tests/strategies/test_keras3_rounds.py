@@ -90,6 +90,46 @@ def test_a_bsp_round_under_keras3_is_one_step_on_the_workers_batches_together(cl
                for w, s in zip(reference.get_weights(), k3.model(1).get_weights()))
 
 
+def test_a_velocity_factor_scales_a_keras3_sgds_momentum_before_the_rounds_update(cluster):
+    """An update scale's ``velocity()`` of 0.5 at the third round halves Keras 3 SGD's
+    momentum on the PS before that round's update (AutoStrategy's back-off): one group of
+    all workers == local large-batch steps with the momentum halved before the third."""
+    import dataclasses
+
+    import keras
+
+    from tf_hetero.strategies import HeteroStrategy, config
+
+    class Damped:
+        asked = 0
+
+        def scale(self, group_size, num_workers, staleness, fraction=1.0):
+            return 1.0
+
+        def velocity(self):
+            self.asked += 1
+            return 0.5 if self.asked == 3 else 1.0
+
+    x, y = k3.rows(N * k3.B)
+    strategy = HeteroStrategy(cluster.resolver, config=dataclasses.replace(
+        config.grouped(N, groups=1), update_scale=Damped()))
+    with strategy.scope():
+        model = k3.model(1)
+        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), k3.loss())
+    rounds = 4
+    model.fit(_worker_blocks(x, y), epochs=1, steps_per_epoch=rounds * N, verbose=0)
+    assert [r.velocity for r in strategy.engine.rounds] == [1.0, 1.0, 0.5, 1.0]
+    reference = k3.model(1)
+    reference.compile(keras.optimizers.SGD(0.1, momentum=0.9), k3.loss())
+    for k in range(rounds):
+        if k == 2:
+            for m in reference.optimizer.momentums:
+                m.assign(0.5 * m)
+        reference.train_on_batch(x, y)
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_a_custom_keras3_train_step_calling_apply_makes_one_update_per_round(cluster):
     """A Keras 3 model whose own ``train_step`` computes its loss with a tape and calls
     ``optimizer.apply`` (not ``apply_gradients``): a BSP round is still one step on the
