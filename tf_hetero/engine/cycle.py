@@ -287,7 +287,7 @@ class RoundCycle:
                 if rnd.max_norm:
                     rnd.info["max_norm"] = rnd.max_norm
             velocity = getattr(self.update_scale, "velocity", None)
-            if velocity is not None:
+            if velocity is not None and (rnd.lanes or folds):  # asked only for an apply
                 rnd.velocity = float(velocity())
                 if rnd.velocity != 1.0:
                     rnd.info["velocity"] = rnd.velocity

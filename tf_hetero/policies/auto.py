@@ -228,8 +228,8 @@ class AutoController(BalancedBatches, Component):
         unstable steps built keeps moving the weights, decaying by ``momentum`` (0.9: half
         of it after 7 rounds). Scaled with the step, the velocity is what the smaller step
         would have built, and the back-off acts from the next update (in the simulator's
-        learner, 8 workers at 4x the bench's rate: 40 of 40 seeds reached 0.9 instead of
-        38; docs/AUTO.md, section 2)."""
+        learner at 4x and 6x the bench's rate, fits that collapsed fell from 2 and 6 of 40
+        to 0 and 4 on 8 workers; docs/AUTO.md, section 2)."""
         out, self._velocity = self._velocity, 1.0
         return out
 
