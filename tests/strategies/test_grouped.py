@@ -164,17 +164,8 @@ def test_a_velocity_factor_scales_the_optimizers_momentum_before_the_rounds_upda
     before its third step (and not the run without it)."""
     import tf_keras as keras
 
-    class Damped:
-        asked = 0
-
-        def scale(self, group_size, num_workers, staleness, fraction=1.0):
-            return 1.0
-
-        def velocity(self):
-            self.asked += 1
-            return 0.5 if self.asked == 3 else 1.0
-
-    strategy, model, reference = _one_group_fit(cluster, data, Damped(), momentum=0.9)
+    strategy, model, reference = _one_group_fit(cluster, data, fit.VelocityAt(3, 0.5),
+                                                momentum=0.9)
     velocities = [r.velocity for r in strategy.engine.rounds]
     assert velocities == [1.0, 1.0, 0.5] + [1.0] * (ROUNDS - 3)
 

@@ -20,7 +20,7 @@ import pytest
 from tf_hetero.data import without_autotune  # test data: nothing to tune, quick to delete
 from tf_hetero.strategies import registry
 
-from support import keras3 as k3, wait_until
+from support import fit, keras3 as k3, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -100,19 +100,9 @@ def test_a_velocity_factor_scales_a_keras3_sgds_momentum_before_the_rounds_updat
 
     from tf_hetero.strategies import HeteroStrategy, config
 
-    class Damped:
-        asked = 0
-
-        def scale(self, group_size, num_workers, staleness, fraction=1.0):
-            return 1.0
-
-        def velocity(self):
-            self.asked += 1
-            return 0.5 if self.asked == 3 else 1.0
-
     x, y = k3.rows(N * k3.B)
     strategy = HeteroStrategy(cluster.resolver, config=dataclasses.replace(
-        config.grouped(N, groups=1), update_scale=Damped()))
+        config.grouped(N, groups=1), update_scale=fit.VelocityAt(3, 0.5)))
     with strategy.scope():
         model = k3.model(1)
         model.compile(keras.optimizers.SGD(0.1, momentum=0.9), k3.loss())

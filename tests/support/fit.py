@@ -26,6 +26,23 @@ def loss():
     return small.loss()
 
 
+class VelocityAt:
+    """An update scale that steps every round at 1 and asks the apply to scale the
+    optimizer's velocity by ``factor`` at the ``at``-th round it is asked for (1-based; the
+    engine asks at each round's close that has an apply) and by 1 at the others: a back-off
+    of AutoStrategy's step as its apply sees it (UpdateScale's optional ``velocity``)."""
+
+    def __init__(self, at: int = 3, factor: float = 0.5):
+        self.at, self.factor, self.asked = at, factor, 0
+
+    def scale(self, group_size, num_workers, staleness, fraction=1.0):
+        return 1.0
+
+    def velocity(self):
+        self.asked += 1
+        return self.factor if self.asked == self.at else 1.0
+
+
 def per_worker_fn(x, y, rounds=ROUNDS):
     """Worker w's k-th batch is block (k, w): round k of BSP covers blocks (k, 0..N-1)."""
     import tensorflow as tf
