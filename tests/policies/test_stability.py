@@ -150,3 +150,46 @@ def test_a_loss_that_climbs_backs_off_and_an_unknown_loss_is_no_evidence():
     assert [c.observe(1.0, 8.0, math.nan) for _ in range(30)] == [None] * 30
     with pytest.raises(ValueError, match=r"StepCeiling\(joint=1\)"):
         StepCeiling(joint=1)
+
+
+def test_a_backed_off_ceiling_rises_after_rounds_stable_by_every_rule_up_to_the_unstable_step():
+    """``regrow``: after that many rounds in a row that no rule found unstable the ceiling
+    rises by sqrt(2), never above the step the last back-off found unstable; a spike or a
+    climbing loss starts the count over, and each further back-off doubles the wait."""
+    c = StepCeiling(factor=4.0, min_rounds=4, regrow=8)
+    _feed(c, [1.0] * 8, step=16.0)
+    assert _feed(c, [10.0, 30.0], step=16.0)[1] is not None
+    assert c.ceiling == 8.0
+    # the first min_rounds rebuild the reference (not judged, not counted); 7 quiet rounds
+    # then a spike (not two in a row: no back-off) starts the count over
+    assert _feed(c, [1.0] * 4 + [1.0] * 7 + [5.0], step=8.0) == [None] * 12
+    assert c.ceiling == 8.0
+    out = _feed(c, [1.0] * 8, step=8.0)
+    assert out[:7] == [None] * 7 and "rises from 8.00x" in out[7]
+    assert c.ceiling == pytest.approx(8.0 * math.sqrt(2))
+    out = _feed(c, [1.0] * 8, step=c.ceiling)
+    assert c.ceiling == 16.0 and "at most to 16.00x" in out[7]  # the unstable step: no higher
+    assert _feed(c, [1.0] * 40, step=16.0) == [None] * 40 and c.ceiling == 16.0
+    assert c.rises == [(8.0, pytest.approx(8.0 * math.sqrt(2))),
+                       (pytest.approx(8.0 * math.sqrt(2)), 16.0)]
+    # a second back-off: the wait doubles (16 rounds)
+    assert _feed(c, [10.0, 30.0], step=16.0)[1] is not None and c.ceiling == 8.0
+    out = _feed(c, [1.0] * (4 + 16), step=8.0)
+    assert out[:-1] == [None] * 19 and "16 rounds in a row" in out[-1]
+    with pytest.raises(ValueError, match=r"StepCeiling\(regrow=-1\)"):
+        StepCeiling(regrow=-1)
+
+
+def test_a_round_unstable_by_a_loss_rule_starts_the_count_over():
+    """The loss rules count too: a round whose norm and loss grow together (judged next
+    round) is not a stable one, whatever the norm's own rule says."""
+    c = StepCeiling(factor=4.0, min_rounds=4, regrow=8)
+    _feed(c, [1.0] * 8, step=16.0)
+    _feed(c, [10.0, 30.0], step=16.0)
+    assert c.ceiling == 8.0
+    for _ in range(4 + 6):  # the reference rebuilt, then 6 stable rounds
+        assert c.observe(1.0, 8.0, loss=1.0) is None
+    assert c.observe(2.5, 8.0, loss=1.5) is None  # norm 2.5x with the loss up: one round
+    for _ in range(7):
+        assert c.observe(1.0, 8.0, loss=1.0) is None
+    assert not c.rises and "8 rounds in a row" in c.observe(1.0, 8.0, loss=1.0)
