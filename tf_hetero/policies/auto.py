@@ -89,7 +89,7 @@ class AutoController(BalancedBatches, Component):
         self._ramped = 0
         self._ramp_start = 0  # sized rounds seen when it was set
         #: The step's measured edge of stability (None: ``unstable=0``).
-        self.ceiling = self._new_ceiling()
+        self.ceiling = StepCeiling(self.config.unstable) if self.config.unstable else None
         self._checked = 0  # sized rounds the ceiling has seen
         self._velocity = 1.0  # the next round's factor on the velocity (velocity)
         #: ``(updates applied, mode, global batch in samples, gain, why)`` per change.
@@ -108,18 +108,12 @@ class AutoController(BalancedBatches, Component):
         self.num_workers, self.unit_samples = num_workers, float(unit_samples)
         self.set_units(self.units if same else num_workers * step_units, step_units)
         if not same and self.config.unstable:
-            self.ceiling, self._checked = self._new_ceiling(), 0
+            self.ceiling, self._checked = StepCeiling(self.config.unstable), 0
         if not same and self.mode == "rounds":  # started sized: no staleness measured
             why = self._correct(None)
             self.gain_now = self._gain(None, self.units, step_units)
             self._start = (f"starts with rounds sized by speed, global batch "
                            f"{self.global_batch} samples (one dataset batch per worker){why}")
-
-    def _new_ceiling(self) -> StepCeiling | None:
-        """The step's measured edge of stability (``None``: ``unstable=0``)."""
-        if not self.config.unstable:
-            return None
-        return StepCeiling(self.config.unstable, regrow=self.config.regrow)
 
     def set_units(self, units: int, step_units: int | None = None) -> None:
         """The sized rounds' global batch (whole dataset batches; :meth:`bind` and the
@@ -377,16 +371,8 @@ class AutoController(BalancedBatches, Component):
             # The apply reports the norm of the scaled mean gradient (the update): divided
             # by the scale, a larger step is not taken for a growing gradient.
             loss = getattr(rnd.info.get("gradient"), "loss", math.nan)
-            rises = len(self.ceiling.rises)
             why = self.ceiling.observe(float(norm) / float(step), float(step), float(loss))
-            if why is not None and len(self.ceiling.rises) > rises:
-                # Risen (StepCeiling.regrow): the gain follows at the next decision.
-                self.gain_now = self._gain(getattr(monitor, "noise", None), self.units,
-                                           self.step_units)
-                self._record(engine, monitor, (
-                    f"step at most {self.ceiling.ceiling:.2f}x the one-batch rate from now "
-                    f"on: {why}"))
-            elif why is not None:
+            if why is not None:
                 _, largest, ceiling = self.ceiling.backoffs[-1]
                 self._velocity = min(self._velocity, ceiling / largest)
                 self.gain_now = min(self.gain_now, self.ceiling.ceiling)

@@ -71,15 +71,10 @@ class AutoConfig:
     max_step: float = 2.0
     ramp: float = 1.0
     unstable: float = 6.0
-    regrow: int = 0
     start: str = "rounds"
     cutoff: float = 1.5
 
     def __post_init__(self):
-        if not (isinstance(self.regrow, int) and not isinstance(self.regrow, bool)
-                and self.regrow >= 0):
-            raise ValueError(f"AutoConfig(regrow={self.regrow!r}): need a whole number of "
-                             "sized rounds >= 0 (0: a backed-off step never rises again).")
         for name in ("window", "decide_every", "max_batches"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

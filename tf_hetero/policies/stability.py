@@ -96,8 +96,7 @@ class StepCeiling:
     """
 
     def __init__(self, factor: float = 6.0, window: int = 16, min_rounds: int = 4,
-                 backoff: float = 0.5, rise: float = 0.25, joint: float = 2.0,
-                 regrow: int = 0):
+                 backoff: float = 0.5, rise: float = 0.25, joint: float = 2.0):
         if not factor > 1:
             raise ValueError(f"StepCeiling(factor={factor!r}): need a number > 1.")
         if not 0 < backoff < 1:
@@ -106,11 +105,6 @@ class StepCeiling:
             raise ValueError(f"StepCeiling(rise={rise!r}): need a number > 0.")
         if not joint > 1:
             raise ValueError(f"StepCeiling(joint={joint!r}): need a number > 1.")
-        if not (isinstance(regrow, int) and regrow >= 0):
-            raise ValueError(f"StepCeiling(regrow={regrow!r}): need a whole number of rounds "
-                             ">= 0 (0: the ceiling never rises).")
-        self.regrow = regrow
-        self.quiet = 0  # rounds judged stable since the last change of the ceiling
         self.factor, self.backoff, self.min_rounds = factor, backoff, min_rounds
         self.rise, self.joint = rise, joint
         self.norms: collections.deque = collections.deque(maxlen=window)
@@ -122,8 +116,6 @@ class StepCeiling:
         self.ceiling = math.inf
         #: ``(ratio, step, new ceiling)`` per back-off.
         self.backoffs: list[tuple] = []
-        #: ``(old ceiling, new ceiling)`` per rise (``regrow``).
-        self.rises: list[tuple] = []
         self._last_reference: float | None = None  # the reference when the rounds ring
 
     @property
@@ -159,8 +151,7 @@ class StepCeiling:
         if ratio < self.factor:
             self.pending = None
             self.norms.append(norm)
-            return self._quiet_round(step)
-        self.quiet = 0
+            return None
         earlier, self.pending = self.pending, ratio
         if earlier is None and ratio < self.factor ** 2:
             return None  # one spike: noise, or the start of an instability (judged next round)
@@ -204,32 +195,12 @@ class StepCeiling:
             self.climbing = False
             return None
         if not self.climbing:
-            self.climbing, self.quiet = True, 0
+            self.climbing = True
             return None  # judged next round
         largest = self._back_off(smoothed / reference)
         return (f"{why} the median of the {len(before)} rounds before ({reference:.2f}), the "
                 f"second round in a row, at a step of {largest:.2f}x the one-batch rate: the "
                 "step is past its edge of stability")
-
-    def _quiet_round(self, step: float) -> str | None:
-        """A round judged stable by every rule: after ``regrow`` such rounds in a row (twice
-        as many after each further back-off) the ceiling rises by ``sqrt(2)``, up to the
-        step the last back-off found unstable. Returns why it rose, or ``None``."""
-        if self.climbing or not self.regrow or not self.backoffs:
-            return None
-        top = self.backoffs[-1][1]
-        if self.ceiling >= top:
-            return None
-        self.quiet += 1
-        wait = self.regrow * 2 ** (len(self.backoffs) - 1)
-        if self.quiet < wait:
-            return None
-        self.quiet = 0
-        old, self.ceiling = self.ceiling, min(top, self.ceiling * math.sqrt(2))
-        self.rises.append((old, self.ceiling))
-        return (f"{wait} rounds in a row were stable by every rule at a step of {step:.2f}x "
-                f"the one-batch rate: the ceiling rises from {old:.2f}x (at most to "
-                f"{top:.2f}x, the step last found unstable)")
 
     def _back_off(self, ratio: float) -> float:
         """Lowers the ceiling to ``backoff`` times the largest recent step (returned); the
@@ -237,7 +208,6 @@ class StepCeiling:
         largest = max(self.steps)
         self.ceiling = min(self.ceiling, self.backoff * largest)
         self.backoffs.append((ratio, largest, self.ceiling))
-        self.quiet = 0
         self.norms.clear()
         self.pending = None
         self.losses.clear()
