@@ -109,7 +109,7 @@ class StepCeiling:
         self.rise, self.joint = rise, joint
         self.norms: collections.deque = collections.deque(maxlen=window)
         self.losses: collections.deque = collections.deque(maxlen=window + _SMOOTH)
-        self.climbing = 0  # the previous round looked unstable by a loss rule
+        self.climbing = False  # the previous round looked unstable by a loss rule
         self.steps: collections.deque = collections.deque(maxlen=3)
         self.pending: float | None = None  # the previous round's ratio, if it was a spike
         #: The largest step allowed (``inf`` until the first back-off).
@@ -168,7 +168,7 @@ class StepCeiling:
         """The loss rules (``ratio``: this round's norm over the median of the rounds
         before, ``None`` until known): why the ceiling was lowered, or ``None``."""
         if not math.isfinite(loss):
-            self.climbing = max(0, self.climbing - 1)
+            self.climbing = False
             return None
         self.losses.append(loss)
         recent = list(self.losses)
@@ -192,11 +192,11 @@ class StepCeiling:
             why = (f"the mean gradient's norm rose to {ratio:.1f}x the median of the rounds "
                    f"before while the loss rose to {loss:.2f}, {loss / reference:.2f}x")
         else:
-            self.climbing = max(0, self.climbing - 1)
+            self.climbing = False
             return None
-        flagged, self.climbing = self.climbing, 2
-        if not flagged:
-            return None  # judged in the next two rounds
+        if not self.climbing:
+            self.climbing = True
+            return None  # judged next round
         largest = self._back_off(smoothed / reference)
         return (f"{why} the median of the {len(before)} rounds before ({reference:.2f}), the "
                 f"second round in a row, at a step of {largest:.2f}x the one-batch rate: the "
@@ -211,5 +211,5 @@ class StepCeiling:
         self.norms.clear()
         self.pending = None
         self.losses.clear()
-        self.climbing = 0
+        self.climbing = False
         return largest
