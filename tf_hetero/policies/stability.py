@@ -194,9 +194,7 @@ class StepCeiling:
         else:
             self.climbing = False
             return None
-        at_once = (ratio is not None and ratio >= self.joint ** 2
-                   and loss > reference * (1 + self.rise) + 3 * noise)
-        if not self.climbing and not at_once:
+        if not self.climbing:
             self.climbing = True
             return None  # judged next round
         largest = self._back_off(smoothed / reference)
