@@ -6,10 +6,10 @@ on one cluster, as `tf-hetero bench` runs them (same warm-up, clock, meters and 
     flock /tmp/heavy.lock .venv/bin/python benchmarks/auto_variants.py one_slow 3 OUT_DIR \
         pss:1 hps:2 auto auto@start=rounds,async_tuned=sqrt
 
-A row ``auto@k=v,...`` is AutoStrategy with those AutoConfig settings. ``NAME:FACTOR:M`` runs a
-row at momentum ``M`` with ``lr / (1 - M)`` held at the factor's value (`tf-hetero bench
---lr-grid`'s momentum grid); several points of one row are reported at its best, as the bench's
-grid is (``pss:0.5:0 pss:1:0 pss:1:0.9 ...``).
+A row ``auto@k=v,...`` is AutoStrategy with those AutoConfig settings (``True``/``False`` for
+a flag). ``NAME:FACTOR:M`` runs a row at momentum ``M`` with ``lr / (1 - M)`` held at the
+factor's value (`tf-hetero bench --lr-grid`'s momentum grid); several points of one row are
+reported at its best, as the bench's grid is (``pss:0.5:0 pss:1:0 pss:1:0.9 ...``).
 """
 
 from __future__ import annotations
@@ -34,11 +34,13 @@ def _auto_row(spec: str) -> str:
     kwargs = {}
     for item in filter(None, settings.split(",")):
         k, _, v = item.partition("=")
-        kwargs[k] = int(v) if v.isdigit() else float(v) if v.replace(".", "", 1).isdigit() else v
+        kwargs[k] = ({"True": True, "False": False}[v] if v in ("True", "False")
+                     else int(v) if v.isdigit()
+                     else float(v) if v.replace(".", "", 1).isdigit() else v)
     config = AutoConfig(**kwargs)
     row = "auto" + "".join(f"-{k}{v}" for k, v in kwargs.items()).replace("_", "")
     # Registry names are lowercase letters: digits are spelled as letters (0 -> a, 1 -> b...).
-    row = "".join(chr(ord("a") + int(c)) if c.isdigit() else c
+    row = "".join(chr(ord("a") + int(c)) if c.isdigit() else c.lower()
                   for c in row if c.isalnum() or c == "-").replace("-", "x")
 
     def create(resolver, arg, **options):

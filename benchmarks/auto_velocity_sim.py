@@ -6,8 +6,11 @@ rate makes the step unstable more often, so more fits back off), over seeds.
     .venv/bin/python benchmarks/auto_velocity_sim.py 8 40 1,2,4,6 OUT.md
 
 "off" patches ``AutoController.velocity`` to 1 (the velocity the unstable steps built is
-kept); "on" is the shipped controller. One table row per (workers, rate factor, on/off):
-fits that reached 0.9, the median time to it, the mean final accuracy, fits that ended
+kept); "on" is the shipped controller (since docs/decisions/0019 it restarts the momentum,
+``AutoConfig(restart=True)``; the tables of benchmarks/results/2026-12-07-velocity/ were run
+when it scaled the velocity with the step; the two side by side:
+benchmarks/results/2026-12-07-ceiling/restart_sim.py). One table row per (workers, rate
+factor, on/off): fits that reached 0.9, the median time to it, the mean final accuracy, fits that ended
 under 0.5 (collapsed) and fits that backed off at least once.
 """
 
@@ -52,7 +55,7 @@ def main(n: int, seeds: int, factors: list[float], out: str | None) -> str:
             reached = [t for t, _, _ in runs if t is not None]
             median = f"{statistics.median(reached):.1f}" if reached else "-"
             lines.append(
-                f"| {n} | {factor:g} | {'scaled' if velocity else 'kept'} | "
+                f"| {n} | {factor:g} | {'shipped' if velocity else 'kept'} | "
                 f"{len(reached)} / {len(runs)} | {median} | "
                 f"{statistics.mean(a for _, a, _ in runs):.3f} | "
                 f"{sum(a < 0.5 for _, a, _ in runs)} | {sum(b > 0 for _, _, b in runs)} |")

@@ -31,9 +31,10 @@ def make_apply_fn(accs, optimizer, sparse: list):
     the round's :class:`~tf_hetero.engine.api.UpdateScale`, 1 for most), scaled down
     so that the mean's norm (before ``scale``) is at most ``max_norm`` when that is
     positive (a spike the update scale clips; 0: no bound). The optimizer's velocity is
-    scaled by ``velocity`` (a float32 scalar, 1 but after a back-off) first (SGD with
-    momentum: a step the update scale backed off acts from this update on, not only as the
-    old velocity decays; :func:`tf_hetero.tfcompat.variables.velocity_slots`). A sparse-mode
+    scaled by ``velocity`` (a float32 scalar, 1 but after a back-off, where 0 restarts the
+    momentum) first (SGD with momentum: a step the update scale backed off acts from this
+    update on, not only as the old velocity decays;
+    :func:`tf_hetero.tfcompat.variables.velocity_slots`). A sparse-mode
     variable's mean goes to the optimizer as ``IndexedSlices`` of the rows the included
     lanes wrote (unique, sorted), as a stock step on the concatenated batch passes
     ``IndexedSlices``. Returns ``[micro-batches it

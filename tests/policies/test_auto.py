@@ -180,7 +180,8 @@ def test_the_staleness_correction_ramps_in_over_one_plus_tau_rounds_and_the_step
 def test_rounds_whose_gradient_explodes_halve_the_step_for_the_rest_of_the_fit():
     """Started sized on 4 workers at the linear rule's gain capped at twice it (8x): eight
     rounds of steady gradients keep the step; two rounds whose mean gradient is 8x and 40x
-    the median before halve it (4x), with a decision line; ``unstable=0`` keeps 8x."""
+    the median before halve it (4x), with a decision line, and restart the momentum;
+    ``unstable=0`` keeps 8x."""
 
     class R:
         training = True
@@ -204,8 +205,10 @@ def test_rounds_whose_gradient_explodes_halve_the_step_for_the_rest_of_the_fit()
 
     c, steps, velocity = run()
     assert steps == [8.0] * 9 + [4.0] * 5
-    # the velocity the 8x steps built is halved with the step, once
-    assert velocity == [1.0] * 9 + [0.5] + [1.0] * 4
+    # the momentum the 8x steps built is restarted, once; restart=False halves it with
+    # the step
+    assert velocity == [1.0] * 9 + [0.0] + [1.0] * 4
+    assert run(restart=False)[2] == [1.0] * 9 + [0.5] + [1.0] * 4
     # a spike's update is clipped: 6x the median mean-gradient norm before the step (3 / 4)
     assert c.max_norm() == pytest.approx(6 * 3.0 / 4.0)
     assert c.decisions[-1][3] == 4.0
@@ -215,6 +218,8 @@ def test_rounds_whose_gradient_explodes_halve_the_step_for_the_rest_of_the_fit()
     assert off == [8.0] * 14 and c_off.max_norm() == 0.0 and velocity_off == [1.0] * 14
     with pytest.raises(ValueError, match=r"AutoConfig\(unstable=1\)"):
         AutoConfig(unstable=1)
+    with pytest.raises(ValueError, match=r"AutoConfig\(restart=1\)"):
+        AutoConfig(restart=1)
 
 
 def test_bad_settings_are_refused_with_the_value():

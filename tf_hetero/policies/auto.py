@@ -31,8 +31,8 @@ and the measurements behind every default):
   user's one-batch rate, times the asynchronous rate's correction ``1 + tau`` ramped in over
   ``1 + tau`` rounds (``async_tuned``), at most ``max_step`` x the linear rule, and under the
   edge of stability the rounds measure (``unstable``,
-  :class:`~tf_hetero.policies.stability.StepCeiling`); a back-off scales the optimizer's
-  velocity by the same factor (:meth:`velocity`), so the smaller step acts at once.
+  :class:`~tf_hetero.policies.stability.StepCeiling`); a back-off restarts the optimizer's
+  momentum (:meth:`velocity`), so the smaller step acts at once.
 
 >>> c = AutoController(AutoConfig(window=4, async_tuned=False, start="async"))
 >>> c.bind(num_workers=2, step_units=4, unit_samples=8)
@@ -220,16 +220,19 @@ class AutoController(BalancedBatches, Component):
 
     def velocity(self) -> float:
         """The factor on the optimizer's velocity before the next round's update (asked
-        once per round, at its close): after a back-off, the new step over the one taken
-        (then 1 again); 1 otherwise.
+        once per round, at its close): after a back-off 0, the momentum restarted
+        (``AutoConfig(restart=False)``: the new step over the one taken), then 1 again; 1
+        otherwise.
 
         Why: tf_keras' SGD keeps its velocity in weight units (``m = momentum m - lr g;
         w += m``), so a smaller step scales only the new gradients while the velocity the
         unstable steps built keeps moving the weights, decaying by ``momentum`` (0.9: half
-        of it after 7 rounds). Scaled with the step, the velocity is what the smaller step
-        would have built, and the back-off acts from the next update (in the simulator's
-        learner at 4x and 6x the bench's rate, fits that collapsed fell from 2 and 6 of 40
-        to 0 and 4 on 8 workers; docs/AUTO.md, section 2)."""
+        of it after 7 rounds); a back-off comes when the loss or the gradient rises, where
+        accelerated methods restart their momentum (O'Donoghue and Candes 2015). In the
+        simulator's learner at 6x the bench's rate, fits that collapsed: 4 and 3 of 40 (8
+        and 16 workers) with the velocity scaled with the step, none restarted; on the
+        cluster, restarted against scaled, ``equal_capacity`` 1.08x sooner, ``classes``
+        and ``workers8`` level (docs/AUTO.md, section 2)."""
         out, self._velocity = self._velocity, 1.0
         return out
 
@@ -374,7 +377,9 @@ class AutoController(BalancedBatches, Component):
             why = self.ceiling.observe(float(norm) / float(step), float(step), float(loss))
             if why is not None:
                 _, largest, ceiling = self.ceiling.backoffs[-1]
-                self._velocity = min(self._velocity, ceiling / largest)
+                # 0: the momentum restarted (velocity()); else scaled with the step
+                self._velocity = min(self._velocity,
+                                     0.0 if self.config.restart else ceiling / largest)
                 self.gain_now = min(self.gain_now, self.ceiling.ceiling)
                 self._record(engine, monitor, (
                     f"step at most {self.ceiling.ceiling:.2f}x the one-batch rate from now "

@@ -49,6 +49,9 @@ class AutoConfig:
         at its square; or two rounds in a row whose norm and loss both grow, or whose loss
         climbs): the step's ceiling becomes half the step taken, for the rest of the fit
         (:class:`~tf_hetero.policies.stability.StepCeiling`). ``0``: never.
+      restart: a back-off of the step also restarts the optimizer's momentum (SGD's
+        velocity set to 0 before the next round's update); ``False``: the velocity is
+        scaled with the step instead (:meth:`~tf_hetero.policies.auto.AutoController.velocity`).
       start: the mode a fit starts in (``"async"``: measure stock-PSS-like steps first;
         ``"rounds"``: sized rounds; on 16 workers their step needs its measured ceiling,
         docs/AUTO.md section 5).
@@ -71,6 +74,7 @@ class AutoConfig:
     max_step: float = 2.0
     ramp: float = 1.0
     unstable: float = 6.0
+    restart: bool = True
     start: str = "rounds"
     cutoff: float = 1.5
 
@@ -108,6 +112,9 @@ class AutoConfig:
             raise ValueError(f"AutoConfig(cutoff={self.cutoff!r}): need 0 (rounds wait for "
                              "every task) or a number >= 1 (times a task's projected "
                              "time; 1.5 by default).")
+        if not isinstance(self.restart, bool):
+            raise ValueError(f"AutoConfig(restart={self.restart!r}): use True (a back-off "
+                             "restarts the momentum) or False (scales it with the step).")
         if self.start not in ("async", "rounds"):
             raise ValueError(f"AutoConfig(start={self.start!r}): use 'async' or 'rounds'.")
 

@@ -10,8 +10,10 @@ consecutive rounds within the first 10, and the fits that kept that step collaps
 docs/AUTO.md, section 2). :class:`StepCeiling` watches each sized round's mean-gradient norm
 against the median of the rounds before; on two spikes in a row (or one at the factor's
 square) it halves the largest step of the last rounds and keeps the step under it for the
-rest of the fit. The ceiling never rises again: probing upward would re-enter the
-instability whose first spike already costs accuracy.
+rest of the fit. The ceiling never rises again: probing upward re-enters the instability
+whose first spike already costs accuracy (a ceiling rising by sqrt(2) after 32 stable rounds
+backed off again within 2-11 rounds of a rise in 4 of 6 fits on 8 workers and reached the
+target later; docs/decisions/0019).
 
 An instability can also build slowly: on 16 workers at 16x, after 80 stable rounds, the norm
 rose over ten rounds (1.6 to 7.7x the median before) while accuracy fell from 0.72 to 0.48,
