@@ -1,7 +1,8 @@
-"""AutoStrategy's back-off with and without the velocity scaled with the step, in the
-simulator (its digits-MLP learner; no TensorFlow): N workers, the last one 4x slower, 200
-micro-batches per worker, at one or more multiples of the bench's learning rate (a higher
-rate makes the step unstable more often, so more fits back off), over seeds.
+"""AutoStrategy's back-off as shipped (the optimizer's momentum restarted) or with the
+velocity the unstable steps built kept, in the simulator (its digits-MLP learner; no
+TensorFlow): N workers, the last one 4x slower, 200 micro-batches per worker, at one or more
+multiples of the bench's learning rate (a higher rate makes the step unstable more often, so
+more fits back off), over seeds.
 
     .venv/bin/python benchmarks/auto_velocity_sim.py 8 40 1,2,4,6 OUT.md
 
@@ -10,8 +11,8 @@ kept); "on" is the shipped controller (since docs/decisions/0019 it restarts the
 ``AutoConfig(restart=True)``; the tables of benchmarks/results/2026-12-07-velocity/ were run
 when it scaled the velocity with the step; the two side by side:
 benchmarks/results/2026-12-07-ceiling/restart_sim.py). One table row per (workers, rate
-factor, on/off): fits that reached 0.9, the median time to it, the mean final accuracy, fits that ended
-under 0.5 (collapsed) and fits that backed off at least once.
+factor, on/off): fits that reached 0.9, the median time to it, the mean final accuracy, fits
+that ended under 0.5 (collapsed) and fits that backed off at least once.
 """
 
 from __future__ import annotations
