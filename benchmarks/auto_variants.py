@@ -28,15 +28,22 @@ from tf_hetero.tools.benchrow import run_strategy
 from tf_hetero.tools.scenarios import load_scenarios
 
 
+def _setting(v: str):
+    """An ``auto@k=v`` value: a flag (``True``/``False``), an int, a float or the text."""
+    if v in ("True", "False"):
+        return v == "True"
+    if v.isdigit():
+        return int(v)
+    return float(v) if v.replace(".", "", 1).isdigit() else v
+
+
 def _auto_row(spec: str) -> str:
     """Registers ``auto@k=v,...`` under a name of its own; returns the name."""
     name, _, settings = spec.partition("@")
     kwargs = {}
     for item in filter(None, settings.split(",")):
         k, _, v = item.partition("=")
-        kwargs[k] = ({"True": True, "False": False}[v] if v in ("True", "False")
-                     else int(v) if v.isdigit()
-                     else float(v) if v.replace(".", "", 1).isdigit() else v)
+        kwargs[k] = _setting(v)
     config = AutoConfig(**kwargs)
     row = "auto" + "".join(f"-{k}{v}" for k, v in kwargs.items()).replace("_", "")
     # Registry names are lowercase letters: digits are spelled as letters (0 -> a, 1 -> b...).

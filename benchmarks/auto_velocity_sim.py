@@ -26,17 +26,19 @@ from tf_hetero.sim.run import Simulation
 from tf_hetero.tools.benchconfig import BenchConfig
 
 
-def fits(n: int, seeds: int, lr_factor: float, velocity: bool, costs) -> list[tuple]:
-    """``(time to target or None, final accuracy, back-offs)`` per seed."""
+def fits(n: int, seeds: int, lr_factor: float, velocity: bool, costs,
+         spec: str = "auto") -> list[tuple]:
+    """``(time to target or None, final accuracy, back-offs)`` per seed, of the registry row
+    ``spec`` (an AutoStrategy; ``velocity=False``: its velocity kept at a back-off)."""
     shipped = AutoController.velocity
     if not velocity:
         AutoController.velocity = lambda self: 1.0
     try:
         out = []
         for seed in range(seeds):
-            cfg = BenchConfig(strategies=("auto",), workers=n, profile=f"slow={n - 1}:4",
+            cfg = BenchConfig(strategies=(spec,), workers=n, profile=f"slow={n - 1}:4",
                               tasks=n * 200, steps_per_epoch=n * 25, seed=seed)
-            sim = Simulation("auto", cfg, costs, learn=True, lr_factor=lr_factor)
+            sim = Simulation(spec, cfg, costs, learn=True, lr_factor=lr_factor)
             r = sim.result(sim.fit())
             backoffs = sum("step at most" in d["why"] for d in r.get("auto_decisions", []))
             out.append((r["time_to_target_s"], r["final_accuracy"], backoffs))

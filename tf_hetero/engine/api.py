@@ -238,8 +238,9 @@ class UpdateScale(Protocol):
     its planned work units it applies. Optional: ``max_norm()``, the largest norm of a
     round's mean gradient (before the scale) its apply takes (0: no bound;
     :class:`~tf_hetero.policies.auto.AutoController`: a spike is clipped); ``velocity()``,
-    asked once per round that has an apply, at its close, the factor on the optimizer's velocity before its
-    update (1: as is; the controller's back-off: the new step over the old)."""
+    asked once per round that has an apply, at its close, the factor on the optimizer's
+    velocity before its update (1: as is; the controller's back-off: 0, the momentum
+    restarted, or with ``restart=False`` the new step over the old)."""
 
     def scale(self, group_size: int, num_workers: int, staleness: float,
               fraction: float = 1.0) -> float: ...

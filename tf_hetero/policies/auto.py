@@ -220,9 +220,9 @@ class AutoController(BalancedBatches, Component):
 
     def velocity(self) -> float:
         """The factor on the optimizer's velocity before the next round's update (asked
-        once per round, at its close): after a back-off 0, the momentum restarted
-        (``AutoConfig(restart=False)``: the new step over the one taken), then 1 again; 1
-        otherwise.
+        once per round that has an apply, at its close): after a back-off 0, the momentum
+        restarted (``AutoConfig(restart=False)``: the new step over the one taken), then 1
+        again; 1 otherwise.
 
         Why: tf_keras' SGD keeps its velocity in weight units (``m = momentum m - lr g;
         w += m``), so a smaller step scales only the new gradients while the velocity the

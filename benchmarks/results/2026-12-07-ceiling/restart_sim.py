@@ -12,24 +12,14 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import auto_variants  # noqa: E402  (benchmarks/: registers the auto@k=v rows)
+from auto_velocity_sim import fits as seeded_fits  # noqa: E402  (benchmarks/: the seed loop)
 from tf_hetero.sim import costs as costs_mod  # noqa: E402
-from tf_hetero.sim.run import Simulation  # noqa: E402
-from tf_hetero.tools.benchconfig import BenchConfig  # noqa: E402
 
 VARIANTS = {"scaled": "auto@restart=False", "reset": "auto@restart=True"}
 
 
 def fits(n, seeds, f, variant, costs):
-    row = auto_variants._auto_row(VARIANTS[variant])
-    out = []
-    for seed in range(seeds):
-        cfg = BenchConfig(strategies=(row,), workers=n, profile=f"slow={n - 1}:4",
-                          tasks=n * 200, steps_per_epoch=n * 25, seed=seed)
-        sim = Simulation(row, cfg, costs, learn=True, lr_factor=f)
-        r = sim.result(sim.fit())
-        b = sum("step at most" in d["why"] for d in r.get("auto_decisions", []))
-        out.append((r["time_to_target_s"], r["final_accuracy"], b))
-    return out
+    return seeded_fits(n, seeds, f, True, costs, spec=auto_variants._auto_row(VARIANTS[variant]))
 
 
 n, seeds = int(sys.argv[1]), int(sys.argv[2])
