@@ -137,91 +137,98 @@ def help_text() -> str:
         for e in (_REGISTRY[n] for n in names()))
 
 
-def _builtin():
-    # Strategy modules import TensorFlow: build lazily, so the CLI's --help stays quick. Each
-    # preset gives the same arguments to its class (create) and to its pure engine config
-    # (strategies/config.py, for the simulator): one source of truth for both.
-    def preset(cls_name, config_name, **fixed):
-        def kwargs(arg):
-            return {k: (arg if v is _ARG else v) for k, v in fixed.items()}
+_ARG = object()  # in _preset(): "the number after the name goes here"
 
-        def create(resolver, arg, **options):
-            from tf_hetero import strategies
 
-            return getattr(strategies, cls_name)(resolver, **kwargs(arg), **options)
+# Strategy modules import TensorFlow: each factory imports lazily, so the CLI's --help stays
+# quick.
+def _preset(cls_name, config_name, **fixed):
+    """A preset's ``create`` and ``config``: the same arguments to its class and to its pure
+    engine config (strategies/config.py, for the simulator), one source of truth for both."""
+    def kwargs(arg):
+        return {k: (arg if v is _ARG else v) for k, v in fixed.items()}
 
-        def config(workers, arg):
-            from tf_hetero.strategies import config as configs
+    def create(resolver, arg, **options):
+        from tf_hetero import strategies
 
-            return getattr(configs, config_name)(workers, **kwargs(arg))
-        return {"create": create, "config": config}
+        return getattr(strategies, cls_name)(resolver, **kwargs(arg), **options)
 
-    def stock(resolver, _, **options):
-        import tensorflow as tf
-
-        return tf.distribute.ParameterServerStrategy(resolver, **options)
-
-    def stock_config(workers, arg):
+    def config(workers, arg):
         from tf_hetero.strategies import config as configs
 
-        return configs.asp(workers, name="pss")  # every task applied at once, by TF's closure queue
+        return getattr(configs, config_name)(workers, **kwargs(arg))
+    return {"create": create, "config": config}
 
-    def hps_tasks(workers, arg):
-        # A round averages K dataset batches (hpsK; default N, BSP's global batch).
-        return arg or workers
 
-    register("pss", stock, config=stock_config,
+def _stock(resolver, _, **options):
+    import tensorflow as tf
+
+    return tf.distribute.ParameterServerStrategy(resolver, **options)
+
+
+def _stock_config(workers, arg):
+    from tf_hetero.strategies import config as configs
+
+    return configs.asp(workers, name="pss")  # every task applied at once, by TF's closure queue
+
+
+def _hps_tasks(workers, arg):
+    # A round averages K dataset batches (hpsK; default N, BSP's global batch).
+    return arg or workers
+
+
+def _builtin():
+    register("pss", _stock, config=_stock_config,
              help="stock TF ParameterServerStrategy (async reference)")
-    register("asp", **preset("ASPStrategy", "asp"), help="async, monitored (as stock TF)")
-    register("bsp", **preset("BSPStrategy", "bsp"), updates=lambda n, a: n,
+    register("asp", **_preset("ASPStrategy", "asp"), help="async, monitored (as stock TF)")
+    register("bsp", **_preset("BSPStrategy", "bsp"), updates=lambda n, a: n,
              help="one task per worker per round, waits for all")
-    register("backup", **preset("BackupWorkerStrategy", "backup", backups=_ARG), default_arg=1,
+    register("backup", **_preset("BackupWorkerStrategy", "backup", backups=_ARG), default_arg=1,
              arg="backups", updates=lambda n, a: max(1, n - a),
              help="applies the first N-B tasks of a round")
-    register("ssp", **preset("SSPStrategy", "ssp", staleness=_ARG), default_arg=3,
+    register("ssp", **_preset("SSPStrategy", "ssp", staleness=_ARG), default_arg=3,
              arg="staleness", help="async, no worker more than S tasks ahead")
-    register("epsp", **preset("EPSPStrategy", "epsp", round_batches=_ARG), arg="batches per round",
+    register("epsp", **_preset("EPSPStrategy", "epsp", round_batches=_ARG), arg="batches per round",
              updates=lambda n, a: a or n,
              help="EPSP enforced sync, one task per participant sized by speed", sized=True)
-    register("epspslack", **preset("EPSPStrategy", "epsp", sync="slack", round_batches=_ARG),
+    register("epspslack", **_preset("EPSPStrategy", "epsp", sync="slack", round_batches=_ARG),
              arg="batches per round", updates=lambda n, a: a or n, help="EPSP slack sync",
              sized=True)
-    register("hps", **preset("HPSStrategy", "hps", round_batches=_ARG), arg="batches per round",
-             updates=hps_tasks,
+    register("hps", **_preset("HPSStrategy", "hps", round_batches=_ARG), arg="batches per round",
+             updates=_hps_tasks,
              help="H-PS per-worker batch sizes, one task and one push per worker per round", sized=True)
-    register("hpsoverlap", **preset("HPSStrategy", "hps", round_batches=_ARG, overlap=True),
-             arg="batches per round", updates=hps_tasks,
+    register("hpsoverlap", **_preset("HPSStrategy", "hps", round_batches=_ARG, overlap=True),
+             arg="batches per round", updates=_hps_tasks,
              help="H-PS whose next round runs while the last one is applied (staleness 1)",
              sized=True)
-    register("hpspipe", **preset("HPSStrategy", "hps", round_batches=_ARG, pipeline=True),
-             arg="batches per round", updates=hps_tasks, help="H-PS with pipelined pushes",
+    register("hpspipe", **_preset("HPSStrategy", "hps", round_batches=_ARG, pipeline=True),
+             arg="batches per round", updates=_hps_tasks, help="H-PS with pipelined pushes",
              sized=True)
     # The number after hpsint/hpsfp is the codec's bits: the class takes quantize=, the pure
     # config the canonical codec name (the class maps one to the other).
     for kind, default, meaning, text in (("int", 8, "bits (8 or 4)", "H-PS with int8/int4 pushes"),
                                          ("fp", 16, "bits (16)", "H-PS with fp16 pushes")):
         register(f"hps{kind}",
-                 lambda r, b, k=kind, **o: preset("HPSStrategy", "hps", quantize=f"{k}{b}")["create"](r, None, **o),
-                 default, meaning, updates=lambda n, a: hps_tasks(n, None), help=text, sized=True,
-                 config=lambda n, b, k=kind: preset("HPSStrategy", "hps", codec=f"{k}{b}")["config"](n, None))
-    register("grouped", **preset("GroupedSyncStrategy", "grouped", groups=_ARG), default_arg=2,
+                 lambda r, b, k=kind, **o: _preset("HPSStrategy", "hps", quantize=f"{k}{b}")["create"](r, None, **o),
+                 default, meaning, updates=lambda n, a: _hps_tasks(n, None), help=text, sized=True,
+                 config=lambda n, b, k=kind: _preset("HPSStrategy", "hps", codec=f"{k}{b}")["config"](n, None))
+    register("grouped", **_preset("GroupedSyncStrategy", "grouped", groups=_ARG), default_arg=2,
              arg="groups", updates=lambda n, a: n,
              help="grouped hybrid sync: K groups of similar speed, sync within, async between")
-    register("dynsgd", **preset("DynSGDStrategy", "dynsgd"),
+    register("dynsgd", **_preset("DynSGDStrategy", "dynsgd"),
              help="async, each update scaled by 1/(1+staleness) (DynSGD)")
-    register("casp", **preset("CASPStrategy", "casp"), updates=lambda n, a: n,
+    register("casp", **_preset("CASPStrategy", "casp"), updates=lambda n, a: n,
              help="community-aware sync: a trained A3C agent picks the speed communities")
-    register("groupedsized", **preset("GroupedSyncStrategy", "grouped", groups=_ARG,
+    register("groupedsized", **_preset("GroupedSyncStrategy", "grouped", groups=_ARG,
                                       batch_sizes=True), default_arg=2, arg="groups",
              updates=lambda n, a: n,
              help="grouped sync, each group's batches split across its members by speed")
-    register("auto", **preset("AutoStrategy", "auto"),
+    register("auto", **_preset("AutoStrategy", "auto"),
              help="adaptive: async or sized rounds, global batch and step chosen from the "
                   "measured speeds and gradient noise (give it the one-batch rate)")
-    register("caspsized", **preset("CASPStrategy", "casp", batch_sizes=True),
+    register("caspsized", **_preset("CASPStrategy", "casp", batch_sizes=True),
              updates=lambda n, a: n,
              help="CASP, each community's batches split across its members by speed")
 
 
-_ARG = object()  # in preset(): "the number after the name goes here"
 _builtin()

@@ -66,49 +66,57 @@ def make_apply_fn(accs, optimizer, sparse: list):
 
     @tf.function(autograph=False)
     def apply_fn(weights, expected, scale, max_norm, velocity):
-        def step():
-            back = tf.constant(1.0) if loss_scale is None else tf.cast(loss_scale,
-                                                                       tf.float32)
-            gain = scale / back  # the mean's factor: the update scale, the loss scale
-            unscale_sq = tf.cast(1.0 / (back * back), tf.float64)
-            valid = weights * tf.cast(tf.equal(accs.tags, expected), weights.dtype)
-            counts = tf.cast(accs.counts, weights.dtype)
-            n = tf.reduce_sum(valid * counts)  # the engine applies only with work (n > 0)
-            # Every tensor of gradient size stays on its variable's PS task: the mean,
-            # its squared norm and the finite check are computed there and only scalars
-            # reach the chief, where the apply runs (applier.py); the optimizer's updates
-            # are colocated with the variables. So an apply moves no gradient over the
-            # network (as a worker-side apply did: there, twice).
-            own = tf.cast(tf.equal(valid, 1.0), weights.dtype) * tf.cast(counts > 0,
-                                                                          weights.dtype)
-            n_own = tf.reduce_sum(own * counts)
-            grads, squares, own_sq, lane_sq = _means(
-                accs, valid, own, counts, n, n_own, gain, unscale_sq, sparse, skips)
-            norm = tf.sqrt(tf.add_n(squares))
-            applied = tf.reduce_sum(tf.cast(valid > 0, counts.dtype) * counts)
-            # A NaN/Inf gradient would poison the weights for good: it goes in as zeros
-            # (apply_gradients cannot sit in a tf.cond: its merge_call refuses control
-            # flow), and the engine stops training on the norm it reports.
-            finite = tf.math.is_finite(norm)
-            clip = _clip(norm, max_norm, scale, finite)
-            grads = _scaled(accs, grads, clip * tf.cast(back, tf.float64),
-                            None if skips else finite)
-            zero = tf.constant(0.0, tf.float64)
-            loss = _round_loss(accs, own, n_own)
-            stats = [tf.cast(n_own, tf.float64), tf.reduce_sum(tf.cast(own, tf.float64)),
-                     tf.add_n(own_sq) if own_sq else zero,
-                     tf.add_n(lane_sq) if lane_sq else zero, loss]
-            # Before the update: automatic control dependencies run ops on one variable
-            # (the velocity slot) in program order.
-            _damp(optimizer, accs.variables, velocity)
-            done, skipped = _update(optimizer, grads, accs.variables, skips, tau_extra,
-                                    scale)
-            with tf.control_dependencies(done):
-                return tf.stack([tf.cast(applied, tf.float64), norm] + stats + [skipped])
-
-        return strategy.run(step)
+        return strategy.run(lambda: _apply_round(
+            accs, optimizer, sparse, loss_scale, skips, tau_extra,
+            weights, expected, scale, max_norm, velocity))
 
     return apply_fn
+
+
+def _apply_round(accs, optimizer, sparse, loss_scale, skips: bool, tau_extra,
+                 weights, expected, scale, max_norm, velocity):
+    """:func:`make_apply_fn`'s update, traced under the strategy (its arguments are the
+    function's and what it read once from the optimizer)."""
+    back = tf.constant(1.0) if loss_scale is None else tf.cast(loss_scale, tf.float32)
+    gain = scale / back  # the mean's factor: the update scale, the loss scale
+    unscale_sq = tf.cast(1.0 / (back * back), tf.float64)
+    valid = weights * tf.cast(tf.equal(accs.tags, expected), weights.dtype)
+    counts = tf.cast(accs.counts, weights.dtype)
+    n = tf.reduce_sum(valid * counts)  # the engine applies only with work (n > 0)
+    # Every tensor of gradient size stays on its variable's PS task: the mean,
+    # its squared norm and the finite check are computed there and only scalars
+    # reach the chief, where the apply runs (applier.py); the optimizer's updates
+    # are colocated with the variables. So an apply moves no gradient over the
+    # network (as a worker-side apply did: there, twice).
+    own = tf.cast(tf.equal(valid, 1.0), weights.dtype) * tf.cast(counts > 0, weights.dtype)
+    n_own = tf.reduce_sum(own * counts)
+    grads, squares, own_sq, lane_sq = _means(
+        accs, valid, own, counts, n, n_own, gain, unscale_sq, sparse, skips)
+    norm = tf.sqrt(tf.add_n(squares))
+    applied = tf.reduce_sum(tf.cast(valid > 0, counts.dtype) * counts)
+    # A NaN/Inf gradient would poison the weights for good: it goes in as zeros
+    # (apply_gradients cannot sit in a tf.cond: its merge_call refuses control
+    # flow), and the engine stops training on the norm it reports.
+    finite = tf.math.is_finite(norm)
+    clip = _clip(norm, max_norm, scale, finite)
+    grads = _scaled(accs, grads, clip * tf.cast(back, tf.float64),
+                    None if skips else finite)
+    stats = _gradient_stats(accs, own, n_own, own_sq, lane_sq)
+    # Before the update: automatic control dependencies run ops on one variable
+    # (the velocity slot) in program order.
+    _damp(optimizer, accs.variables, velocity)
+    done, skipped = _update(optimizer, grads, accs.variables, skips, tau_extra, scale)
+    with tf.control_dependencies(done):
+        return tf.stack([tf.cast(applied, tf.float64), norm] + stats + [skipped])
+
+
+def _gradient_stats(accs, own, n_own, own_sq, lane_sq) -> list:
+    """The :data:`GRADIENT_STATS` of the round's own lanes (float64): their units, the lanes
+    not empty, the two squared-norm sums and the mean loss."""
+    zero = tf.constant(0.0, tf.float64)
+    return [tf.cast(n_own, tf.float64), tf.reduce_sum(tf.cast(own, tf.float64)),
+            tf.add_n(own_sq) if own_sq else zero, tf.add_n(lane_sq) if lane_sq else zero,
+            _round_loss(accs, own, n_own)]
 
 
 def _clip(norm, max_norm, scale, finite):
