@@ -175,6 +175,32 @@ def pytest_configure(config):
     config.pluginmanager.register(_Order(), "tf_hetero_test_order")
 
 
+# ------------------------------------------------------------------ Grappler
+# The in-process tests run their functions without Grappler, TensorFlow's graph optimizer
+# (every function a closure runs is optimized again on each worker it is registered on), but
+# for the modules marked ``grappler``: the contract every strategy keeps
+# (tests/strategies/test_contract.py) runs with it, as users' fits do, and so does every test
+# whose servers are other processes (their own config: the launcher, the failures, the demo,
+# the bench, the notebooks). Grappler only rewrites a graph for speed; what these tests check
+# is what the strategies do. Measured: the compatibility matrix's tutorial row, 24% less CPU
+# per fit without it; docs/decisions/0020-suite-time.md.
+
+
+@pytest.fixture(autouse=True)
+def _grappler(request):
+    """Sets Grappler off for an in-process test unless it is marked ``grappler``, and on for
+    one so marked (the setting is the process's: the servers inside it run what it sends
+    with it)."""
+    if request.node.get_closest_marker("inprocess") is None:
+        yield
+        return
+    import tensorflow as tf
+
+    on = request.node.get_closest_marker("grappler") is not None
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not on})
+    yield
+
+
 # ------------------------------------------------------------------ coordinator clean-up
 # A coordinator's worker threads hold it, its strategy, models, traced functions and
 # datasets for the life of the process: TF stops them only when the coordinator is

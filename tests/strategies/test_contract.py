@@ -24,7 +24,8 @@ from tf_hetero.strategies import registry
 
 from support import keras3 as k3, small
 
-pytestmark = pytest.mark.cluster
+# Grappler on, as in users' fits (the other in-process modules run without it: conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.grappler]
 
 N, B, STEPS = 3, 8, 24
 APPLIED = ("done", "folded")
