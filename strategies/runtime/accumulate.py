@@ -297,13 +297,13 @@ class Accumulators:
         with tf.control_dependencies([c, t, e, r, lo]):
             return tf.constant(True)
 
-    def make_apply_fn(self, optimizer):
+    def make_apply_fn(self, optimizer, scales_velocity: bool):
         """The round's apply of these lanes with ``optimizer``
         (:func:`~tf_hetero.strategies.runtime.round_apply.make_apply_fn`)."""
         # A variable no write has decided yet stays dense from now on: the apply is traced.
         self._frozen = True
         sparse = [self._mode.get(i) == "sparse" for i in range(len(self.acc))]
-        return round_apply.make_apply_fn(self, optimizer, sparse)
+        return round_apply.make_apply_fn(self, optimizer, sparse, scales_velocity)
 
 def unique_rows(g: tf.IndexedSlices, n) -> tf.IndexedSlices:
     """``g`` (IndexedSlices, rows may repeat) with each row summed once (int64 indices, in

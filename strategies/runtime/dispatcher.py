@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_hetero import tfcompat
+from tf_hetero.engine import EngineError
 from tf_hetero.strategies.runtime.taskcode import NO_ROUND
 from tf_hetero.strategies.runtime.errors import translate
 from tf_hetero.strategies.runtime.tags import ClosureKind, ClosureTag, set_tag, tag_of
@@ -130,6 +131,11 @@ class ClosureDispatcher:
             weights[lane, fold_slot], expected[lane, fold_slot] = weight, late_round
         args = _apply_args(weights, expected, rnd.scale, rnd.max_norm, rnd.velocity)
         fn = self._round_apply_fn(self._round_accumulators(round_id, folds), args)
+        if rnd.velocity != 1.0 and not fn.scales_velocity:
+            raise EngineError(f"round {round_id} asks its apply to scale the optimizer's "
+                              f"velocity by {rnd.velocity}, but the apply was traced for an "
+                              "update scale without velocity(): set the engine's update scale "
+                              "before its first round.")
         # Run from the chief, in order (applier.py): an apply on a worker's queue waited
         # behind that worker's task and held the worker up.
         self.coordinator.applier.submit(round_id, fn, args)
@@ -162,7 +168,10 @@ class ClosureDispatcher:
     def _trace_apply(self, accumulators: tuple, args: tuple, when: str):
         """Traces the apply of ``accumulators`` (caller holds ``_apply_lock``)."""
         t0 = time.monotonic()
-        fns = [a.make_apply_fn(a.optimizer) for a in accumulators]
+        # Only an update scale with velocity() (AutoStrategy's back-off) gets the velocity's
+        # multiply: one op per momentum slot on its PS each round, for nothing elsewhere.
+        scales_velocity = callable(getattr(self.engine.update_scale, "velocity", None))
+        fns = [a.make_apply_fn(a.optimizer, scales_velocity) for a in accumulators]
 
         @tf.function(autograph=False)
         def fn(weights, expected, scale, max_norm, velocity):
@@ -181,7 +190,7 @@ class ClosureDispatcher:
         # (~0.5 ms of the chief's Python) would sit on the round's critical path each apply.
         # The tf.function stays referenced with it (forget_functions).
         call = tfcompat.coordinator.FlatCaller(self.coordinator.trace(fn, args))
-        call.function = fn
+        call.function, call.scales_velocity = fn, scales_velocity
         self._apply_fns[accumulators] = call
         self.apply_traces.append((when, time.monotonic() - t0))
         self.update_traces.append(sum(f.experimental_get_tracing_count() for f in fns))

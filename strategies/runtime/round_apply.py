@@ -18,7 +18,7 @@ from tf_hetero import tfcompat
 __all__ = ["make_apply_fn", "GRADIENT_STATS", "column"]
 
 
-def make_apply_fn(accs, optimizer, sparse: list):
+def make_apply_fn(accs, optimizer, sparse: list, scales_velocity: bool):
     """A ``tf.function(weights, expected, scale, max_norm, velocity)`` applying one update of the
     lanes of ``accs`` (:class:`~tf_hetero.strategies.runtime.accumulate.Accumulators`;
     ``sparse[i]``: variable ``i`` is in sparse mode) with the user's ``optimizer``.
@@ -30,11 +30,12 @@ def make_apply_fn(accs, optimizer, sparse: list):
     ``sum(w * acc) / sum(w * count)``, times ``scale`` (a float32 scalar:
     the round's :class:`~tf_hetero.engine.api.UpdateScale`, 1 for most), scaled down
     so that the mean's norm (before ``scale``) is at most ``max_norm`` when that is
-    positive (a spike the update scale clips; 0: no bound). The optimizer's velocity is
-    scaled by ``velocity`` (a float32 scalar, 1 but after a back-off, where 0 restarts the
-    momentum) first (SGD with momentum: a step the update scale backed off acts from this
-    update on, not only as the old velocity decays;
-    :func:`tf_hetero.tfcompat.variables.velocity_slots`). A sparse-mode
+    positive (a spike the update scale clips; 0: no bound). With ``scales_velocity`` (the
+    engine's update scale has ``velocity()``), the optimizer's velocity is scaled by
+    ``velocity`` (a float32 scalar, 1 but after a back-off, where 0 restarts the momentum)
+    first (SGD with momentum: a step the update scale backed off acts from this update on,
+    not only as the old velocity decays; :func:`tf_hetero.tfcompat.variables.velocity_slots`);
+    without it ``velocity`` is not read, and the apply has no op for it. A sparse-mode
     variable's mean goes to the optimizer as ``IndexedSlices`` of the rows the included
     lanes wrote (unique, sorted), as a stock step on the concatenated batch passes
     ``IndexedSlices``. Returns ``[micro-batches it
@@ -68,7 +69,7 @@ def make_apply_fn(accs, optimizer, sparse: list):
     def apply_fn(weights, expected, scale, max_norm, velocity):
         return strategy.run(lambda: _apply_round(
             accs, optimizer, sparse, loss_scale, skips, tau_extra,
-            weights, expected, scale, max_norm, velocity))
+            weights, expected, scale, max_norm, velocity if scales_velocity else None))
 
     return apply_fn
 
@@ -76,7 +77,8 @@ def make_apply_fn(accs, optimizer, sparse: list):
 def _apply_round(accs, optimizer, sparse, loss_scale, skips: bool, tau_extra,
                  weights, expected, scale, max_norm, velocity):
     """:func:`make_apply_fn`'s update, traced under the strategy (its arguments are the
-    function's and what it read once from the optimizer)."""
+    function's and what it read once from the optimizer; ``velocity`` ``None``: not
+    scaled)."""
     back = tf.constant(1.0) if loss_scale is None else tf.cast(loss_scale, tf.float32)
     gain = scale / back  # the mean's factor: the update scale, the loss scale
     unscale_sq = tf.cast(1.0 / (back * back), tf.float64)
@@ -102,9 +104,8 @@ def _apply_round(accs, optimizer, sparse, loss_scale, skips: bool, tau_extra,
     grads = _scaled(accs, grads, clip * tf.cast(back, tf.float64),
                     None if skips else finite)
     stats = _gradient_stats(accs, own, n_own, own_sq, lane_sq)
-    # Before the update: automatic control dependencies run ops on one variable
-    # (the velocity slot) in program order.
-    _damp(optimizer, accs.variables, velocity)
+    if velocity is not None:  # before the update: automatic control dependencies run the
+        _damp(optimizer, accs.variables, velocity)  # ops on one slot in program order
     done, skipped = _update(optimizer, grads, accs.variables, skips, tau_extra, scale)
     with tf.control_dependencies(done):
         return tf.stack([tf.cast(applied, tf.float64), norm] + stats + [skipped])
@@ -130,7 +131,8 @@ def _clip(norm, max_norm, scale, finite):
 
 def _damp(optimizer, variables, velocity):
     """Scales the optimizer's velocity of ``variables`` by ``velocity`` (1 but after a
-    back-off; ``x * 1.0`` is ``x`` exactly), every round, each on its slot's PS: no
+    back-off; ``x * 1.0`` is ``x`` exactly), every round of an engine whose update scale
+    has ``velocity()``, each on its slot's PS: no
     ``tf.cond``, which would put one op on the chief before every variable's update (both
     measured within the apply's noise: 12.8 and 13.5 ms against 11.5 without, 8 workers,
     benchmarks/results/2026-12-07-velocity/). Nothing for an optimizer without a velocity

@@ -181,6 +181,36 @@ def test_a_velocity_factor_scales_the_optimizers_momentum_before_the_rounds_upda
     assert not all(np.allclose(g, w, atol=1e-4) for g, w in zip(model.get_weights(), plain))
 
 
+def _apply_writes(strategy) -> int:
+    """Variable writes (``AssignVariableOp``) in the round apply ``strategy`` traced, its
+    nested functions included."""
+    from tf_hetero.strategies.runtime import dispatcher as dispatch
+
+    dispatcher = strategy.coordinator.dispatcher
+    (call,) = dispatcher._apply_fns.values()  # pylint: disable=protected-access
+    weights, expected = dispatcher._apply_arrays()  # pylint: disable=protected-access
+    graph = call.function.get_concrete_function(
+        *dispatch._apply_args(weights, expected, 1.0)).graph.as_graph_def()  # pylint: disable=protected-access
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    return sum(n.op == "AssignVariableOp" for n in nodes)
+
+
+def test_only_an_update_scale_with_velocity_puts_the_velocitys_multiply_in_the_apply(
+        cluster, data):
+    """The same momentum fit under an update scale with ``velocity()`` and one without: the
+    first apply writes each momentum slot once more (the multiply before the update), the
+    second has no op for it (a round's apply pays it only where it is asked for)."""
+    class Plain:
+        def scale(self, group_size, num_workers, staleness, fraction=1.0):
+            return 1.0
+
+    scaled, model, _ = _one_group_fit(cluster, data, fit.VelocityAt(3, 0.5), momentum=0.9)
+    plain, _, _ = _one_group_fit(cluster, data, Plain(), momentum=0.9)
+    slots = len(model.trainable_variables)
+    assert _apply_writes(scaled) - _apply_writes(plain) == slots, (
+        _apply_writes(scaled), _apply_writes(plain), slots)
+
+
 def test_dynsgd_scales_stale_updates_down(cluster):
     import tf_hetero
 
