@@ -123,7 +123,12 @@ def test_custom_loop_polling_done_sees_its_steps_finish(cluster, name):
             time.sleep(0.02)
 
     _in_thread(poll)
-    assert len(strategy.monitor.tasks) == N + 1  # every step ran (backup may drop some)
+    # Every step ran (backup may drop some); a task EPSP transferred may have run twice, its
+    # copy a record of its own (a loaded host makes a task overrun its projection).
+    engine = getattr(strategy, "engine", None)
+    copies = sum(len(r.copies) for r in engine.rounds) if engine is not None else 0
+    assert N + 1 <= len(strategy.monitor.tasks) <= N + 1 + copies, (
+        len(strategy.monitor.tasks), copies)
     assert all(np.isfinite(_in_thread(v.fetch)) for v in values)
     assert int(optimizer.iterations.numpy()) >= 1
 
