@@ -74,3 +74,47 @@ def test_the_steps_optimizer_is_built_on_every_variable_it_is_passed(cluster, na
     assert len(model.trainable_variables) == 4
     momenta = len(model.optimizer.variables) - 1  # all but iterations
     assert momenta == 4, [v.name for v in model.optimizer.variables]
+
+
+class _OwnStep:
+    """A tf_keras model whose ``train_step`` is its own (what it passes to ``apply_gradients``
+    is known only from a trace)."""
+
+    @staticmethod
+    def build():
+        import tensorflow as tf
+        import tf_keras as keras
+
+        class Model(keras.Sequential):
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    loss = self.compiled_loss(y, self(x, training=True))
+                grads = tape.gradient(loss, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+                return {"loss": loss}
+
+        return Model([keras.Input((small.FEATURES,)), keras.layers.Dense(small.CLASSES)])
+
+
+@pytest.mark.parametrize("own_step", [False, True])
+def test_local_accumulation_finds_its_buffers_without_a_trace_for_tf_keras_own_step(
+        cluster, own_step):
+    """H-PS with pipelined pushes (local accumulation) makes a buffer per variable before
+    its step is traced: for a model that trains with tf_keras's own ``train_step`` it takes
+    the optimizer and variables from the fit (no inspection trace); for a ``train_step`` of
+    the user's, a trace finds them. Both fits train, every variable buffered."""
+    import tf_keras as keras
+
+    strategy = registry.make("hpspipe", cluster.resolver)
+    with strategy.scope():
+        model = _OwnStep.build() if own_step else small.model(1)
+        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), small.loss())
+    before = model.get_weights()
+    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(B)), epochs=1,
+              steps_per_epoch=2 * N, verbose=0)
+    tracer = strategy.coordinator.tracer
+    assert tracer.probes == (1 if own_step else 0)
+    (buffers,) = tracer.buffers
+    assert len(buffers.sums) == len(model.trainable_variables)
+    assert any(np.abs(a - b).sum() > 0 for a, b in zip(model.get_weights(), before))
