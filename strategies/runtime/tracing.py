@@ -88,9 +88,6 @@ class StepTracer:
         self.buffers: list[LocalBuffers] = []  # local accumulation (H-PS)
         self.accumulators_of: dict = {}  # task function -> the accumulators it writes
         self.optimizers: list = []  # asynchronous steps' optimizers (the divergence message)
-        #: Inspection traces made to find local accumulation's buffers (a fit of a tf_keras
-        #: model with its own train_step needs none: _stock_step).
-        self.probes = 0
 
     def entry(self, fn, args, kwargs) -> StepEntry:
         entry = self.entries.get(fn)
@@ -215,24 +212,9 @@ class StepTracer:
         return f"learning rate {', '.join(dict.fromkeys(rates))}" if rates else ""
 
     def _make_buffers(self, python_fn, args, kwargs) -> None:
-        """Local accumulation: the step's optimizers and variables, found before the real
-        trace so that their per-worker buffers exist for it (they cannot be created while a
-        step is traced): those of the fit that is starting when its model trains with
-        tf_keras's own ``train_step`` (:func:`_stock_step`), else from a first trace."""
-        found = _stock_step(self.strategy)
-        if found is None:
-            found = self._probe_step(python_fn, args, kwargs)
-        for optimizer, variables in found:
-            acc = self._accumulators_for(optimizer, variables)
-            if not any(b.acc is acc for b in self.buffers):
-                self.buffers.append(LocalBuffers(self.strategy, acc, self.config.codec,
-                                                 self.strategy.push_hook))
-        self.monitor.bytes_per_push = sum(b.bytes_per_push for b in self.buffers)
-        self.monitor.push_times = self.monitor.push_times or []
-
-    def _probe_step(self, python_fn, args, kwargs) -> list:
-        """A trace of the step that records each ``apply_gradients`` call's optimizer and
-        variables (inspection only); refuses several micro-batches per task."""
+        """Local accumulation: a first trace finds the step's optimizers and variables, so
+        that their per-worker buffers exist before the real trace (they cannot be created
+        while a step is traced)."""
         found, in_loop = [], []
 
         def record(optimizer, variables):
@@ -243,10 +225,20 @@ class StepTracer:
             return _NullAccumulators()
 
         _, self._probe_keep = self._trace_once(python_fn, args, kwargs, record)
-        self.probes += 1
         if any(in_loop):
-            raise ValueError(_several_per_task(self.strategy))
-        return found
+            raise ValueError(
+                f"{type(self.strategy).__name__}: the training step runs several micro-batches "
+                "per task (compile(steps_per_execution > 1)), which local accumulation (one "
+                "buffered push per worker per round) does not support. Fix: compile with "
+                "steps_per_execution=1 (the strategy sizes each worker's share of a round "
+                "itself).")
+        for optimizer, variables in found:
+            acc = self._accumulators_for(optimizer, variables)
+            if not any(b.acc is acc for b in self.buffers):
+                self.buffers.append(LocalBuffers(self.strategy, acc, self.config.codec,
+                                                 self.strategy.push_hook))
+        self.monitor.bytes_per_push = sum(b.bytes_per_push for b in self.buffers)
+        self.monitor.push_times = self.monitor.push_times or []
 
     def _trace_once(self, python_fn, args, kwargs, accumulators_for):
         """Traces the step with ``apply_gradients`` routed to ``accumulators_for`` (inspection
@@ -282,40 +274,6 @@ class StepTracer:
         if self.config.local is None:
             self.monitor.bytes_per_push = sum(a.bytes_per_push for a in self.accumulators)
         return acc
-
-
-def _several_per_task(strategy) -> str:
-    return (f"{type(strategy).__name__}: the training step runs several micro-batches per task "
-            "(compile(steps_per_execution > 1)), which local accumulation (one buffered push "
-            "per worker per round) does not support. Fix: compile with steps_per_execution=1 "
-            "(the strategy sizes each worker's share of a round itself).")
-
-
-def _stock_step(strategy) -> list | None:
-    """``[(optimizer, variables)]`` the step of the fit that is starting passes to
-    ``apply_gradients``, known without a trace when its model trains with tf_keras's own
-    ``train_step`` (``optimizer.minimize(loss, self.trainable_variables)``) and a tf_keras
-    optimizer that is not a loss-scale wrapper; ``None`` otherwise (a custom ``train_step``,
-    a custom loop, Keras 3): found by a trace then. The real trace checks it: a variable it
-    does not cover raises (``_buffers_for``). A fit of several micro-batches per task is
-    refused here, before any trace."""
-    from tf_hetero.strategies.runtime import fitplan
-
-    model = fitplan.fit_model(strategy)
-    state = fitplan.state_of(strategy)
-    if model is None or state is None or state.plan is None:
-        return None
-    import tf_keras
-
-    optimizer = getattr(model, "optimizer", None)
-    if (type(model).train_step is not tf_keras.Model.train_step
-            or "train_step" in vars(model)
-            or not isinstance(optimizer, tf_keras.optimizers.Optimizer)
-            or isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer)):
-        return None
-    if state.plan["per_execution"] > 1:
-        raise ValueError(_several_per_task(strategy))
-    return [(optimizer, list(model.trainable_variables))]
 
 
 #: Ops that write a resource variable (the optimizer's ResourceApply* included).
