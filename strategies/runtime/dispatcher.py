@@ -168,9 +168,10 @@ class ClosureDispatcher:
     def _trace_apply(self, accumulators: tuple, args: tuple, when: str):
         """Traces the apply of ``accumulators`` (caller holds ``_apply_lock``)."""
         t0 = time.monotonic()
-        # Only an update scale with velocity() (AutoStrategy's back-off) gets the velocity's
-        # multiply: one op per momentum slot on its PS each round, for nothing elsewhere.
-        scales_velocity = callable(getattr(self.engine.update_scale, "velocity", None))
+        # Only an engine that asks for a velocity (AutoStrategy's back-off) gets the
+        # velocity's multiply: one op per momentum slot on its PS each round, for nothing
+        # elsewhere.
+        scales_velocity = self.engine.asks_velocity
         fns = [a.make_apply_fn(a.optimizer, scales_velocity) for a in accumulators]
 
         @tf.function(autograph=False)

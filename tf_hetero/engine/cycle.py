@@ -74,6 +74,13 @@ class RoundCycle:
     _last_plan: Any
     _error: BaseException | None
 
+    @property
+    def asks_velocity(self) -> bool:
+        """The update scale has the optional ``velocity()`` (UpdateScale): each round with an
+        apply asks it at its close, and the round's apply scales the optimizer's velocity
+        (its dispatcher traces the multiply only then)."""
+        return callable(getattr(self.update_scale, "velocity", None))
+
     def _pump(self) -> None:
         if self._error is not None:
             return
@@ -286,9 +293,8 @@ class RoundCycle:
                 rnd.max_norm = float(max_norm() or 0.0)
                 if rnd.max_norm:
                     rnd.info["max_norm"] = rnd.max_norm
-            velocity = getattr(self.update_scale, "velocity", None)
-            if velocity is not None and (rnd.lanes or folds):  # asked only for an apply
-                rnd.velocity = float(velocity())
+            if self.asks_velocity and (rnd.lanes or folds):  # asked only for an apply
+                rnd.velocity = float(self.update_scale.velocity())
                 if rnd.velocity != 1.0:
                     rnd.info["velocity"] = rnd.velocity
         book.open = None
