@@ -1,10 +1,12 @@
 """Worker-thread hooks: what happens around each closure a coordinator worker thread runs.
 
-:func:`instrument` wraps three methods of each TF ``Worker`` (``_process_closure``,
-``_on_closure_failure``, ``_on_worker_recovery``) so that the engine hears of every start,
-finish, apply, failure and recovery, a task learns its final round/slot/lane/push flags
-(its task code) as it starts, and closures pinned to a dead worker move to the shared queue
-(TF would wait up to an hour for the dead one; docs/TF_INTERNALS.md). A closure TF puts back
+:func:`instrument` wraps four methods of each TF ``Worker`` (``_process_closure``,
+``_on_closure_failure``, ``_on_worker_recovery``, ``_process_resource_closure``) so that the
+engine hears of every start, finish, apply, failure and recovery, a task learns its final
+round/slot/lane/push flags (its task code) as it starts, closures pinned to a dead worker
+move to the shared queue (TF would wait up to an hour for the dead one; docs/TF_INTERNALS.md),
+and a per-worker resource (a fit's iterator) is built under the lock every trace of
+tf-hetero's holds (:func:`build_serialized`). A closure TF puts back
 on its queue (a worker failure, or a failure it deems transient, e.g. a PS briefly
 unreachable) is no end of its task: the task starts again where the closure runs next.
 """
@@ -22,9 +24,10 @@ from tf_hetero.engine import OVERWRITE
 from tf_hetero.strategies.runtime.taskcode import NO_ROUND, task_code
 from tf_hetero.strategies.runtime.dispatcher import hand_on
 from tf_hetero.strategies.runtime.errors import translate
+from tf_hetero.strategies.runtime.intercept import patch_lock
 from tf_hetero.strategies.runtime.tags import ClosureKind, tag_of
 
-__all__ = ["instrument", "move_pinned_closures"]
+__all__ = ["instrument", "move_pinned_closures", "build_serialized"]
 
 
 class _AsyncVersions:
@@ -86,7 +89,22 @@ def _instrument(coordinator, worker, attempt, versions):
     tfcompat.coordinator.hook_worker(
         worker, process_closure=lambda tf_fn: functools.partial(hooks.process_closure, tf_fn),
         on_closure_failure=lambda tf_fn: functools.partial(hooks.on_closure_failure, tf_fn),
-        on_worker_recovery=lambda tf_fn: functools.partial(hooks.on_worker_recovery, tf_fn))
+        on_worker_recovery=lambda tf_fn: functools.partial(hooks.on_worker_recovery, tf_fn),
+        process_resource_closure=lambda tf_fn: functools.partial(build_serialized, tf_fn))
+
+
+def build_serialized(process, closure) -> None:
+    """TF's ``_process_resource_closure`` with the resource built under :data:`patch_lock`.
+
+    Why: at a fit's start TF builds each worker's multi-device iterator on that worker's
+    thread (tracing its ``_remote_init_func``) while the main thread traces the step, and
+    graph building on several threads at once crashed the process three times in ~50 suite
+    runs (a segmentation fault in ``Graph._add_function`` or ``EagerTensor._numpy``;
+    docs/TF_INTERNALS.md). Every trace of tf-hetero's (a step's closure, an apply, an
+    intercepted step) holds the lock already; so builds and traces run one at a time. The
+    lock is held only while the resource is built, not in TF's recovery wait around it."""
+    tfcompat.coordinator.execute_holding(closure, patch_lock)
+    process(closure)
 
 
 class _ClosureHooks:

@@ -615,3 +615,37 @@ def test_workers_read_their_shard_or_the_whole_set_in_an_order_of_their_own(clus
     else:
         assert any(v % N != w for w, batch in seen.items() for v in batch), seen
         assert len({tuple(b) for b in seen.values()}) == N, seen  # an order of its own
+
+
+@pytest.mark.parametrize("name", ["bsp", "hps", "asp"])
+def test_each_workers_iterator_is_built_under_the_lock_every_trace_holds(cluster, name,
+                                                                          monkeypatch):
+    """A fit's per-worker iterators are built on the coordinator's worker threads while the
+    main thread traces the step; graph building on several threads at once crashed the
+    process three times in the suite (docs/TF_INTERNALS.md). Each build holds the lock that
+    every trace of tf-hetero's holds (``workers.build_serialized``)."""
+    import tf_keras as keras
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    import tf_hetero
+    from tf_hetero.strategies.runtime.intercept import patch_lock
+
+    builds = []  # (on a coordinator worker thread, the lock held by this thread)
+    init = mdi.OwnedMultiDeviceIterator.__init__
+
+    def recording(self, *args, **kwargs):
+        builds.append((threading.current_thread() is not threading.main_thread(),
+                       patch_lock._is_owned()))  # pylint: disable=protected-access
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(mdi.OwnedMultiDeviceIterator, "__init__", recording)
+    strategy = (tf_hetero.ASPStrategy(cluster.resolver) if name == "asp"
+                else _strategy(name, cluster))
+    with strategy.scope():
+        model = small.model(1)
+        model.compile(keras.optimizers.SGD(0.1), small.loss())
+    model.fit(keras.utils.experimental.DatasetCreator(small.dataset_fn(B)), epochs=1,
+              steps_per_epoch=2 * N, verbose=0)
+    on_workers = [held for on_worker, held in builds if on_worker]
+    assert len(on_workers) >= N, builds  # one per worker at least: the fit's iterators
+    assert all(on_workers), builds

@@ -6,6 +6,7 @@ function to its test)."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import threading
 import time
@@ -88,7 +89,8 @@ def test_a_replaced_mark_failed_keeps_only_the_errors_it_is_told_to(queue):
 def test_worker_hooks_wrap_the_methods_tf_calls():
     from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
-    for name in ("_process_closure", "_on_closure_failure", "_on_worker_recovery"):
+    for name in ("_process_closure", "_on_closure_failure", "_on_worker_recovery",
+                 "_process_resource_closure"):
         assert callable(getattr(cc.Worker, name)), name
     calls = []
 
@@ -111,6 +113,33 @@ def test_worker_hooks_wrap_the_methods_tf_calls():
                  "self._has_initialized = True", "strategy._cluster_coordinator = ",
                  "def stop(self)", "def put_back(self, closure):"):
         assert name in text, name
+
+
+def test_execute_holding_holds_the_lock_only_while_the_closure_executes():
+    from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+    assert "closure.execute_on(self)" in inspect.getsource(cc.Worker._process_resource_closure)
+    lock = threading.RLock()
+    seen = []
+
+    class FakeClosure:
+        def execute_on(self, worker):
+            seen.append((worker, lock._is_owned()))
+
+    closure = FakeClosure()
+    tfc.execute_holding(closure, lock)
+    tfc.execute_holding(closure, lock)  # again (a worker's recovery): wrapped once
+    closure.execute_on("w")
+    assert seen == [("w", True)] and not lock._is_owned()
+    # No reference cycle: TF's dropping the closure frees it (and what it captures) at once,
+    # not in a later garbage collection on another thread.
+    gone = weakref.ref(closure)
+    gc.disable()
+    try:
+        del closure
+        assert gone() is None
+    finally:
+        gc.enable()
 
 
 def test_rebuild_resources_reaches_what_tfs_worker_recovery_reaches():

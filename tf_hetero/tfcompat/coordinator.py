@@ -14,6 +14,7 @@ import contextlib
 import functools
 import threading
 import time
+import weakref
 from typing import Callable, Iterator
 
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
@@ -25,7 +26,7 @@ from tensorflow.python.framework import tensor as tensor_lib
 __all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "initialized",
            "coordinator_of", "queue_of",
            "workers_of", "rebuild_resources", "refresh_cluster", "task_addresses",
-           "stop_cluster", "hook_worker", "time_closures",
+           "stop_cluster", "hook_worker", "execute_holding", "time_closures",
            "set_first_arg", "output_built", "call_flat", "FlatCaller",
            "remote_value_ready", "remote_values", "fetched_tensors", "set_remote_value",
            "wrap_remote_wait", "result_left_on_worker", "copy_to_chief", "being_scheduled"]
@@ -248,15 +249,39 @@ def stop_cluster(coordinator) -> None:
 
 
 def hook_worker(worker, *, process_closure=None, on_closure_failure=None,
-                on_worker_recovery=None) -> None:
+                on_worker_recovery=None, process_resource_closure=None) -> None:
     """Wraps a ``Worker``'s ``_process_closure(closure)``, ``_on_closure_failure(closure,
-    error)`` and ``_on_worker_recovery()`` (cc ~1000-1090). Each argument is a function that
-    takes TF's method and returns its replacement."""
+    error)``, ``_on_worker_recovery()`` and ``_process_resource_closure(closure)`` (cc
+    ~1080-1155; a per-worker resource, e.g. a fit's iterator, is built by the last). Each
+    argument is a function that takes TF's method and returns its replacement."""
     for name, make in (("_process_closure", process_closure),
                        ("_on_closure_failure", on_closure_failure),
-                       ("_on_worker_recovery", on_worker_recovery)):
+                       ("_on_worker_recovery", on_worker_recovery),
+                       ("_process_resource_closure", process_resource_closure)):
         if make is not None:
             setattr(worker, name, make(getattr(worker, name)))
+
+
+def execute_holding(closure, lock) -> None:
+    """Makes ``closure`` hold ``lock`` while it executes (``Closure.execute_on``, cc ~250: the
+    function's run on its worker, for a resource closure the resource's building), and only
+    then: TF's failure handling around it (a recovery wait of up to an hour) runs without
+    it. Idempotent: a resource closure scheduled again after a worker's recovery is the same
+    object."""
+    if getattr(closure, "_tf_hetero_holds", None) is lock:
+        return
+    # The closure through a weak reference and its class's method: a wrapper holding the
+    # closure (or its bound method) would make a reference cycle, and the closure, its
+    # function and the resources it captures would then be freed by a garbage collection on
+    # whatever thread runs it, instead of when TF drops them.
+    execute, ref = type(closure).execute_on, weakref.ref(closure)
+
+    def execute_on(worker):
+        with lock:
+            execute(ref(), worker)
+
+    closure.execute_on = execute_on
+    closure._tf_hetero_holds = lock
 
 
 def time_closures(coordinator, mark: str, record) -> list:
