@@ -243,6 +243,78 @@ def test_a_flat_caller_binds_each_argument_pattern_once_and_calls_as_the_stock_c
     assert int(bare(tf.constant(7, tf.int64), iterator)) == 7105 and bare.patterns == 1
 
 
+def test_a_flat_caller_flattens_the_captured_inputs_once_while_they_are_the_same():
+    v = tf.Variable(3.0)
+    fn = tf.function(lambda x: x * v)
+    caller = tfc.FlatCaller(fn.get_concrete_function(tf.constant(1.0)))
+    reads = []
+    concrete_type = type(caller._concrete)
+    stock = concrete_type.captured_inputs
+    try:  # count TF's reads of the property (it evaluates and flattens the list each time)
+        concrete_type.captured_inputs = property(lambda f: (reads.append(1), stock.fget(f))[1])
+        assert [float(caller(tf.constant(x))) for x in (1.0, 2.0, 3.0)] == [3.0, 6.0, 9.0]
+        assert len(reads) == 1
+        v.assign(4.0)  # the captured handle reads the variable's current value
+        assert float(caller(tf.constant(1.0))) == 4.0 and len(reads) == 1
+        # A new capture list (TF's set_external_captures) is read again.
+        caller._concrete._captured_inputs = list(caller._concrete._captured_inputs)
+        assert float(caller(tf.constant(2.0))) == 8.0 and len(reads) == 2
+        # A deferred capture (a callable, evaluated at each call) is never kept.
+        caller._concrete._captured_inputs = [lambda: v.handle]
+        caller(tf.constant(1.0))
+        caller(tf.constant(1.0))
+        assert len(reads) == 4
+    finally:
+        concrete_type.captured_inputs = stock
+
+
+def test_a_flat_closure_executes_as_tfs_closure_does():
+    from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+    from tensorflow.python.eager import executor
+
+    class FakeWorker:  # what execute_on reads of TF's Worker
+        def __init__(self, i):
+            self.worker_index, self.device_name = i, "/job:localhost/replica:0/task:0/device:CPU:0"
+            self.executor = executor.new_executor(enable_async=False)
+
+    assert "_select_worker_slice(worker.worker_index, self._args)" in inspect.getsource(
+        cc.Closure.execute_on)  # what the flat one replaces: still TF's code
+    def remote(value=None, error=None):  # a per-worker resource's value, as TF keeps it
+        made = tfc.coordinator_values.RemoteValueImpl(None, tf.TensorSpec([], tf.int32))
+        if error is not None:
+            made._set_error(error)
+        else:
+            made._set_values(value)
+        return made
+
+    fn = tf.function(lambda code, x: code * 100 + x)
+    manager = tfc.ClosureQueue(_raw_queue()).cancellation_manager
+    per_worker = tfc.PerWorkerValues((remote(tf.constant(7)), remote(tf.constant(8))))
+
+    def run(flat, worker):
+        closure = tfc.Closure(fn, manager, args=(tf.constant(3), per_worker))
+        assert tfc.call_flat(closure, manager) if flat else True
+        assert isinstance(closure, tfc.FlatClosure) == flat
+        out = closure.build_output_remote_value()
+        closure.execute_on(worker)
+        return int(tfc.remote_values(out))
+
+    for i in (0, 1):
+        assert run(True, FakeWorker(i)) == run(False, FakeWorker(i)) == 307 + i
+    # An input whose remote value failed: TF's ClosureInputError, before the function runs.
+    failed = tfc.PerWorkerValues((remote(error=ValueError("iterator lost")),))
+    for flat in (True, False):
+        closure = tfc.Closure(fn, manager, args=(tf.constant(3), per_worker))
+        closure._args = (tf.constant(3), failed)
+        if flat:
+            tfc.call_flat(closure, manager)
+        with pytest.raises(cc.ClosureInputError, match="iterator lost"):
+            closure.execute_on(FakeWorker(0))
+    # Keyword arguments or other argument types keep TF's closure.
+    closure = tfc.Closure(fn, manager, kwargs={"code": tf.constant(1), "x": tf.constant(2)})
+    assert tfc.call_flat(closure, manager) and type(closure) is cc.Closure
+
+
 def test_time_closures_records_each_processed_closure_once_per_recorder():
     class FakeWorker:
         def __init__(self, i):
