@@ -70,26 +70,19 @@ def test_a_step_that_meets_a_transient_ps_failure_runs_again_in_its_round(cluste
 
     from tf_hetero.strategies.runtime.tags import ClosureKind, tag_of
 
-    from tf_hetero.tfcompat.coordinator import FlatClosure
+    execute_on, failed = cc.Closure.execute_on, []
 
-    failed = []
+    def once(closure, worker):
+        tag = tag_of(closure)
+        if not failed and worker.worker_index == 0 and tag is not None \
+                and tag.kind == ClosureKind.TASK:
+            failed.append(tag.task)
+            raise tf.errors.UnavailableError(None, None, (
+                "Socket closed\nAdditional GRPC error information from remote target "
+                "/job:ps/replica:0/task:0 while calling /tensorflow.eager.EagerService/Enqueue"))
+        return execute_on(closure, worker)
 
-    def once(execute_on):
-        def execute(closure, worker):
-            tag = tag_of(closure)
-            if not failed and worker.worker_index == 0 and tag is not None \
-                    and tag.kind == ClosureKind.TASK:
-                failed.append(tag.task)
-                raise tf.errors.UnavailableError(None, None, (
-                    "Socket closed\nAdditional GRPC error information from remote target "
-                    "/job:ps/replica:0/task:0 while calling "
-                    "/tensorflow.eager.EagerService/Enqueue"))
-            return execute_on(closure, worker)
-        return execute
-
-    # TF's closures and the copies of them a fit's steps run (tfcompat's flat closures)
-    for cls in (cc.Closure, FlatClosure):
-        monkeypatch.setattr(cls, "execute_on", once(cls.execute_on))
+    monkeypatch.setattr(cc.Closure, "execute_on", once)
     strategy = tf_hetero.BSPStrategy(cluster.resolver)
     # Worker 0 (which reruns it: the others are busy) is slow: the round cannot close on
     # the other two before the rerun wrote its gradient by luck.

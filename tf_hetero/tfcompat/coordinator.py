@@ -18,13 +18,8 @@ import weakref
 from typing import Callable, Iterator
 
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
-from tensorflow.python.distribute.coordinator import coordinator_context
-from tensorflow.python.distribute.coordinator import metric_utils
-from tensorflow.python.distribute.coordinator import remote_value as remote_value_lib
 from tensorflow.python.distribute.coordinator import values as coordinator_values
 from tensorflow.python.eager import cancellation
-from tensorflow.python.eager import context as context_lib
-from tensorflow.python.framework import ops as ops_lib
 from tensorflow.python.eager.polymorphic_function import function_type_utils
 from tensorflow.python.framework import tensor as tensor_lib
 
@@ -32,7 +27,7 @@ __all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "
            "coordinator_of", "queue_of",
            "workers_of", "rebuild_resources", "refresh_cluster", "task_addresses",
            "stop_cluster", "hook_worker", "execute_holding", "time_closures",
-           "set_first_arg", "output_built", "call_flat", "FlatCaller", "FlatClosure",
+           "set_first_arg", "output_built", "call_flat", "FlatCaller",
            "remote_value_ready", "remote_values", "fetched_tensors", "set_remote_value",
            "wrap_remote_wait", "result_left_on_worker", "copy_to_chief", "being_scheduled"]
 
@@ -351,7 +346,6 @@ class FlatCaller:
     def __init__(self, concrete, manager=None):
         self._concrete, self._manager = concrete, manager
         self._templates: dict = {}
-        self._captures = None  # (TF's capture list, its length, flattened): _captured
         self._lock = threading.Lock()
 
     @property
@@ -375,22 +369,7 @@ class FlatCaller:
         for position, index in places:
             flat[index] = args[position]
         with self._cancellable():
-            return self._concrete._call_flat(flat, self._captured())
-
-    def _captured(self) -> list:
-        """The concrete function's captured inputs, flattened once while they are the same
-        list of plain tensors (TF's ``captured_inputs`` evaluates and flattens the list at
-        every call: ~0.35 ms of the chief's CPU per launch for a model's variables and
-        accumulators). A list with a deferred capture (a callable, evaluated at each call)
-        or a composite tensor is read TF's way every time."""
-        source = self._concrete._captured_inputs
-        cached = self._captures
-        if cached is not None and cached[0] is source and cached[1] == len(source):
-            return cached[2]
-        flat = self._concrete.captured_inputs
-        if all(isinstance(x, tensor_lib.Tensor) and not callable(x) for x in source):
-            self._captures = (source, len(source), flat)
-        return flat
+            return self._concrete._call_flat(flat, self._concrete.captured_inputs)
 
     def _template(self, args, key):
         bound = function_type_utils.canonicalize_function_inputs(
@@ -420,47 +399,14 @@ class FlatCaller:
         return cancellation.CancellationManagerContext(self._manager)
 
 
-class FlatClosure(cc.Closure):
-    """A step closure whose arguments are a flat tuple of tensors and per-worker values, no
-    keyword arguments (:func:`call_flat` checks): TF's ``Closure.execute_on`` (cc ~265)
-    without its three ``nest.map_structure`` passes over the arguments (worker slice, input
-    errors, remote values: ~0.7 ms of the chief's CPU per launch), the same steps in the
-    same order, the same errors."""
-
-    def execute_on(self, worker):
-        index = worker.worker_index
-        args = [a._values[index] if isinstance(a, coordinator_values.PerWorkerValues) else a
-                for a in self._args]
-        for a in args:
-            if isinstance(a, remote_value_lib.RemoteValue):
-                e = a._get_error()
-                if e:
-                    raise e if isinstance(e, cc.ClosureInputError) else cc.ClosureInputError(e)
-        with ops_lib.device(worker.device_name):
-            with context_lib.executor_scope(worker.executor):
-                with coordinator_context.with_dispatch_context(worker):
-                    with metric_utils.monitored_timer("closure_execution"):
-                        output_values = self._function(
-                            *[coordinator_context.maybe_get_remote_value(a) for a in args])
-        self.maybe_call_with_output_remote_value(
-            lambda r: r._set_values(output_values))
-
-
 def call_flat(closure, manager) -> bool:
     """Makes ``closure`` (and the copies made of it from now on) call its concrete function
     through a :class:`FlatCaller` under cancellation manager ``manager`` (the one it was
-    built with) and, when its arguments are a flat tuple of tensors and per-worker values
-    without keyword arguments, run through :class:`FlatClosure`'s ``execute_on``. False,
-    and nothing changed, for a closure of a plain Python function."""
+    built with). False, and nothing changed, for a closure of a plain Python function."""
     concrete = getattr(closure, "_concrete_function", None)
     if concrete is None or getattr(concrete, "function_type", None) is None:
         return False
     closure._function = FlatCaller(concrete, manager)
-    if type(closure) is cc.Closure and not closure._kwargs and isinstance(
-            closure._args, tuple) and all(
-            isinstance(a, (tensor_lib.Tensor, coordinator_values.PerWorkerValues))
-            for a in closure._args):
-        closure.__class__ = FlatClosure
     return True
 
 
