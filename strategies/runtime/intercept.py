@@ -25,7 +25,9 @@ from tf_hetero.hooks import DEFERS_UPDATE
 __all__ = ["accumulating", "patch_lock"]
 
 #: Held while tf-hetero patches classes for a trace (one patched trace at a time; also held
-#: around ``strategy.extended``'s scheduling flag, ``runtime/coordinator.py``).
+#: around ``strategy.extended``'s scheduling flag, ``runtime/coordinator.py``, and while a
+#: worker thread builds a per-worker resource, ``runtime/workers.build_serialized``: graph
+#: building on several threads at once crashed TensorFlow, docs/TF_INTERNALS.md).
 patch_lock = threading.RLock()
 
 
