@@ -229,6 +229,43 @@ def test_sweep_to_a_thousand_workers_runs_the_engine():
     assert r["efficiency"] < 0.3  # the chief launches 1000 closures a round, one at a time
 
 
+def test_the_token_launch_changes_only_what_the_chief_pays_per_task_and_per_round():
+    # 64 workers: closures cost the chief 2 ms each, serially (the sweep's collapse).
+    cfg = small_cfg(workers=64, profile="classes=fast:48@1,slow:16@4", tasks=640,
+                    steps_per_epoch=320)
+    c = CostModel(dispatch_s=0.002, jitter_quantiles_s=(0.0, 0.0))
+    closures = simulate_run("hps", cfg, c)
+    tokens = simulate_run("hps", cfg, c, launch="tokens")
+    assert (closures["launch"], tokens["launch"]) == ("closures", "tokens")
+    # A round of 64 tasks: ~128 ms of serial launches under closures, ~9 ms under tokens.
+    assert closures["mean_round_ms"] - tokens["mean_round_ms"] > 80
+    assert tokens["steady_efficiency"] > 1.3 * closures["steady_efficiency"]
+    # The control: tokens that cost the chief what a closure does are the same run.
+    same = simulate_run("hps", cfg, dataclasses.replace(c, token_task_s=c.dispatch_s,
+                                                        token_round_s=0.0), launch="tokens")
+    assert same["samples_per_sec"] == closures["samples_per_sec"]
+    assert same["timeline"] == closures["timeline"]
+
+
+@pytest.mark.parametrize("spec, why", [("asp", "runs asynchronous steps\\."),
+                                       ("auto", "asynchronous steps part of the time\\.")])
+def test_the_token_launch_is_refused_to_asynchronous_steps(spec, why):
+    with pytest.raises(ValueError, match=rf"^{spec}: launch='tokens' .*{why} Fix: "
+                                         r"launch='closures'"):
+        Simulation(spec, small_cfg(), CostModel(), launch="tokens")
+    with pytest.raises(ValueError, match=r"launch='fanout': expected one of closures, tokens"):
+        Simulation("hps", small_cfg(), CostModel(), launch="fanout")
+
+
+def test_the_efficiency_under_way_leaves_out_the_set_up_and_first_steps():
+    cfg = small_cfg(tasks=400, steps_per_epoch=100)
+    quick, slow_start = CostModel(), CostModel(setup_s=5.0, first_task_s=2.0)
+    a, b = (simulate_run("hps", cfg, c) for c in (quick, slow_start))
+    assert b["efficiency"] < 0.85 * a["efficiency"]  # the whole run pays the start
+    assert b["steady_efficiency"] == pytest.approx(a["steady_efficiency"], rel=0.05)
+    assert a["steady_efficiency"] > a["efficiency"]
+
+
 # ------------------------------------------------------------ statistical model
 def test_gradient_matches_finite_differences():
     m = Learner(num_workers=1, batch_size=8, lr=0.1, seed=0)

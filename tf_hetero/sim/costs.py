@@ -21,6 +21,13 @@ reading every lane it averages (``lanes x param_bytes / num_ps x ps_s_per_byte``
 ``first_apply_s`` for the first apply and the first drain (tracing). ``fit`` starts its first
 step ``setup_s`` after it is called and waits ``epoch_s`` between epochs.
 
+Under the token launch (``launch="tokens"``, record 0017: one long-running closure per worker
+takes each task as a token from a queue on a PS), a round strategy's task costs the chief
+``token_task_s`` instead of ``dispatch_s``, and each round's apply ``token_round_s`` more
+(the chief's release of the tokens and its close on the "done" queue); everything else,
+``task_s`` included, is as under closures (an upper bound: a token's task has no closure to
+launch).
+
 The constants are fitted from a measured bench JSON (:mod:`tf_hetero.sim.calibrate`) and
 stored as JSON; :data:`DEFAULT_PATH` is the one shipped (docs/SIMULATOR.md).
 
@@ -78,6 +85,13 @@ class CostModel:
                                  0.008, 0.010, 0.014, 0.025, 0.1)
     setup_s: float = 1.0
     epoch_s: float = 0.014
+    #: Token launch: the chief's Python per task (the probe's chief CPU per worker beyond a
+    #: round's fixed part, 6.9 -> 7.7 ms a round from 4 to 16 workers), and per round (its
+    #: release and close: the probe's round beyond its device time, 4.4-4.6 ms at 4, 8 and
+    #: 16 workers, which also holds the workers' queue hops: an upper bound).
+    #: benchmarks/results/2026-12-06-dispatch-designs/ (``tokens.py``, ``probe.jsonl``).
+    token_task_s: float = 0.00007
+    token_round_s: float = 0.0045
     #: PS service time per byte (FIFO per PS). Not identifiable from a 4-worker run (its PS
     #: never queue): 1 ns/byte, i.e. ~1 GB/s per PS over localhost gRPC, is assumed.
     ps_s_per_byte: float = 1e-9

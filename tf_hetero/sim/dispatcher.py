@@ -37,7 +37,10 @@ import numpy as np
 
 from tf_hetero.engine.state import PUSH_ALL, PUSH_OLD
 
-__all__ = ["SimDispatcher"]
+__all__ = ["SimDispatcher", "LAUNCHES"]
+
+#: How a round's tasks reach their workers (docs/decisions/0017-rounds-at-scale.md).
+LAUNCHES = ("closures", "tokens")
 
 
 class _Closure:
@@ -65,13 +68,24 @@ class SimDispatcher:
       codec: push codec of the H-PS buffer path; ``local``: that path is on.
       learner: optional :class:`~tf_hetero.sim.learner.Learner`.
       seed: seed of the steps' random delays (``CostModel.jitter_quantiles_s``).
+      launch: ``"closures"`` (the chief launches each task's closure, ``dispatch_s``) or
+        ``"tokens"`` (each task is a token to its worker's long-running closure:
+        ``token_task_s`` of the chief per task, ``token_round_s`` per apply; engine-path
+        rounds only, :class:`~tf_hetero.sim.run.Simulation` checks).
     """
 
     def __init__(self, loop, costs, profile, num_workers: int, num_ps: int = 2, *,
                  batch_size: int = 32, granule: int | None = None, steps_per_execution: int = 1,
                  engine_path: bool = True, local: bool = False, codec: str = "fp32",
-                 learner=None, seed: int = 0):
+                 learner=None, seed: int = 0, launch: str = "closures"):
         from tf_hetero.sim.costs import DeviceTimes
+
+        if launch not in LAUNCHES:
+            raise ValueError(f"launch={launch!r}: expected one of {', '.join(LAUNCHES)}.")
+        tokens = launch == "tokens"
+        #: What the chief pays to start one engine task, and each apply beyond its own cost.
+        self._task_launch_s = costs.token_task_s if tokens else costs.dispatch_s
+        self._round_launch_s = costs.token_round_s if tokens else 0.0
 
         self.loop, self.costs = loop, costs
         self.device = DeviceTimes(profile, num_workers)
@@ -107,7 +121,8 @@ class SimDispatcher:
         """Applies run on the chief, one at a time in order (the runtime's applier)."""
         ps = len(lanes) * self.param_bytes / self.num_ps * self.costs.ps_s_per_byte
         start = max(self.loop.now, self._applier_free)
-        self._applier_free = start + self.costs.apply_s + ps + self._first("apply")
+        self._applier_free = (start + self.costs.apply_s + self._round_launch_s + ps
+                              + self._first("apply"))
         self.loop.at(self._applier_free, self._applied, round_id, dict(lanes), dict(folds))
 
     def cancel(self, task):
@@ -129,9 +144,11 @@ class SimDispatcher:
             self._active[worker] = False
             return
         closure = queue.popleft()
-        # The chief launches closures one at a time (one Python coordinator).
+        # The chief launches closures one at a time (one Python coordinator); under the
+        # token launch it only hands the task's token on.
         start = max(self.loop.now, self._chief_free)
-        self._chief_free = start + self.costs.dispatch_s
+        self._chief_free = start + (self._task_launch_s if self.engine_path
+                                    else self.costs.dispatch_s)
         self.loop.at(self._chief_free, self._begin, worker, closure)
 
     def _begin(self, worker, c):

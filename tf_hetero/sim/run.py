@@ -45,7 +45,7 @@ class Simulation:
     (``learn=True``) the :class:`~tf_hetero.sim.learner.Learner`. :meth:`fit` runs epochs."""
 
     def __init__(self, spec: str, cfg, costs, *, learn: bool = False, lr_factor: float = 1.0,
-                 stop_on_divergence: bool = True):
+                 stop_on_divergence: bool = True, launch: str = "closures"):
         from tf_hetero.strategies import registry
 
         self.spec, self.cfg, self.costs = spec, cfg, costs
@@ -77,7 +77,7 @@ class Simulation:
             granule=self.granule, steps_per_execution=k,
             engine_path=config.uses_engine,
             local=config.local is not None, codec=config.codec, learner=self.learner,
-            seed=cfg.seed)
+            seed=cfg.seed, launch=launch)
         self.engine = RoundEngine(n, config.sync, config.assign, self.dispatcher,
                                   gate=config.gate, monitor=self.monitor, clock=self.loop,
                                   components=config.components,
@@ -85,6 +85,13 @@ class Simulation:
                                   update_scale=getattr(config, "update_scale", None),
                                   guard=None if stop_on_divergence else _NeverStop())
         self.dispatcher.engine = self.engine
+        self.launch = launch
+        if launch == "tokens" and not (self.engine.rounds_mode and not config.switches_modes):
+            raise ValueError(
+                f"{spec}: launch='tokens' hands each round's tasks to long-running closures, "
+                f"so it needs a strategy whose steps all run in synchronous rounds; {spec} "
+                "runs asynchronous steps" + (" part of the time" if config.switches_modes
+                                             else "") + ". Fix: launch='closures' for it.")
         self.error: BaseException | None = None
 
     def _schedule(self) -> lr_rule.Rate:
@@ -166,6 +173,11 @@ class Simulation:
             "strategy": self.spec,
             "samples_per_sec": figures.samples_per_sec,
             "efficiency": perf.efficiency(figures.samples_per_sec, ideal),
+            # Without the set-up and the first steps a short run weighs heavily: what the
+            # run's rate tends to over a long fit (docs/SIMULATOR.md, "Sweeps").
+            "steady_efficiency": perf.efficiency(
+                perf.steady_samples_per_sec(records, figures.span_s, unit), ideal),
+            "launch": self.launch,
             "time_to_target_s": perf.time_to_target(curve, cfg.target_accuracy),
             "final_accuracy": final,
             "bytes_to_ps_per_sample": d.bytes_to_ps * self.costs.wire_factor / computed,
@@ -217,11 +229,13 @@ class _NeverStop:
 
 
 def simulate_run(spec: str, cfg, costs, *, learn: bool = False, lr_factor: float = 1.0,
-                 stop_on_divergence: bool = True) -> dict:
+                 stop_on_divergence: bool = True, launch: str = "closures") -> dict:
     """Simulates one bench row of ``spec`` under ``cfg`` (a
     :class:`~tf_hetero.tools.benchconfig.BenchConfig` or any object with its fields) and
     ``costs``; returns the bench's JSON keys. ``stop_on_divergence=False``: the engine's
-    divergence guard does not stop the run (its accuracy shows the divergence)."""
+    divergence guard does not stop the run (its accuracy shows the divergence).
+    ``launch="tokens"``: a round strategy's tasks go to long-running closures as tokens
+    (:class:`~tf_hetero.sim.dispatcher.SimDispatcher`)."""
     sim = Simulation(spec, cfg, costs, learn=learn, lr_factor=lr_factor,
-                     stop_on_divergence=stop_on_divergence)
+                     stop_on_divergence=stop_on_divergence, launch=launch)
     return sim.result(sim.fit())

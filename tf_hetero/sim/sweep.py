@@ -6,7 +6,10 @@ one_slow scenario, ``slow=3:4``). ``--profile-sweep``: at one size, that quarter
 and 16 times slower. Every point is one simulated bench row (:mod:`.run`) of ``rounds`` x N
 micro-batches in 4 epochs, so every size runs the same number of BSP-sized rounds, at the
 bench's learning-rate rule (a diverging run is not stopped: its throughput still counts, its
-time to target is "not reached").
+time to target is "not reached"). Each point has its efficiency over the whole run and once
+under way (``steady_efficiency``: without the set-up and first steps, which weigh heavily in
+a run of 100 rounds). ``launch="tokens"``: every row but stock PSS, which cannot take
+tokens, launches its rounds as tokens (:class:`~tf_hetero.sim.dispatcher.SimDispatcher`).
 
 >>> quarter_slow(4, 4)
 'classes=fast:3@1,slow:1@4'
@@ -60,12 +63,14 @@ class SweepPoint:
     efficiency: float
     time_to_target_s: float | None
     final_accuracy: float
+    steady_efficiency: float = math.nan
+    launch: str = "closures"
 
 
 def sweep(strategies, workers, slow_factors, base_cfg, costs, *, rounds: int = 100,
-          learn: bool = True, progress=None) -> list[SweepPoint]:
+          learn: bool = True, progress=None, launch: str = "closures") -> list[SweepPoint]:
     """One simulated row per strategy, size and slow factor (see the module)."""
-    from tf_hetero.sim.run import simulate_run
+    from tf_hetero.sim.run import STOCK, simulate_run
 
     points = []
     for n in workers:
@@ -75,10 +80,12 @@ def sweep(strategies, workers, slow_factors, base_cfg, costs, *, rounds: int = 1
             cfg = dataclasses.replace(base_cfg, workers=n, profile=profile, tasks=tasks,
                                       steps_per_epoch=tasks // 4 if rounds % 4 == 0 else tasks)
             for spec in strategies:
-                r = simulate_run(spec, cfg, costs, learn=learn, stop_on_divergence=False)
+                r = simulate_run(spec, cfg, costs, learn=learn, stop_on_divergence=False,
+                                 launch="closures" if spec == STOCK else launch)
                 points.append(SweepPoint(spec, n, profile, slow, r["samples_per_sec"],
                                          r["efficiency"], r["time_to_target_s"],
-                                         r["final_accuracy"]))
+                                         r["final_accuracy"], r["steady_efficiency"],
+                                         r["launch"]))
                 if progress:
                     progress(points[-1])
     return points
@@ -96,7 +103,9 @@ def plot(points, path: str, x: str = "workers", title: str = "") -> str:
     for spec in dict.fromkeys(p.strategy for p in points):
         mine = sorted((p for p in points if p.strategy == spec), key=lambda p: getattr(p, x))
         xs = [getattr(p, x) for p in mine]
-        axes[0].plot(xs, [p.efficiency for p in mine], marker="o", label=spec)
+        line, = axes[0].plot(xs, [p.efficiency for p in mine], marker="o", label=spec)
+        axes[0].plot(xs, [p.steady_efficiency for p in mine], linestyle="--",
+                     color=line.get_color())  # once under way
         axes[1].plot(xs, [math.nan if p.time_to_target_s is None else p.time_to_target_s
                           for p in mine], marker="o", label=spec)
     label = "workers" if x == "workers" else "slowdown of the slow quarter"
@@ -108,7 +117,7 @@ def plot(points, path: str, x: str = "workers", title: str = "") -> str:
         ax.grid(alpha=0.3)
     axes[0].set_ylim(0, 1.05)
     axes[1].set_ylim(bottom=0)
-    axes[0].legend()
+    axes[0].legend(title="dashed: once under way", title_fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

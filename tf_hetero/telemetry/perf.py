@@ -22,7 +22,8 @@ import statistics
 from typing import Mapping, Sequence
 
 __all__ = ["capacities", "ideal_samples_per_sec", "efficiency", "bsp_efficiency_bound",
-           "ideal_over_tasks", "time_to_target", "RunFigures", "run_figures", "aggregate", "round_breakdown"]
+           "ideal_over_tasks", "time_to_target", "RunFigures", "run_figures", "steady_samples_per_sec",
+           "aggregate", "round_breakdown"]
 
 
 def _check_slowdowns(slowdowns: Sequence[float]) -> None:
@@ -132,6 +133,31 @@ def run_figures(records, fit_start: float, last_apply: float, samples_per_unit: 
         raise ValueError(f"run_figures: the run ends at {end} before fit started at {fit_start}.")
     applied = sum(r.size for r in records if r.applied) * samples_per_unit
     return RunFigures(applied / span, span, min(r.start for r in records) - fit_start, applied)
+
+
+def steady_samples_per_sec(records, end: float, samples_per_unit: int,
+                           skip: float = 0.1) -> float:
+    """Throughput once a run is under way: the applied samples of the tasks that started
+    after the first ``skip`` of them (by start time) over the time from that start to
+    ``end``. The set-up, the workers' first steps (tracing) and the first apply fall outside
+    it, which a short run's :func:`run_figures` counts in full; a task under way at the
+    window's start is left out but its time counted (at most one round's worth, so a little
+    low).
+
+    >>> from tf_hetero.telemetry.records import TaskRecord
+    >>> recs = [TaskRecord(0, 5.0, 6.0)] + [TaskRecord(0, 6.0 + i, 7.0 + i) for i in range(9)]
+    >>> steady_samples_per_sec(recs, end=15.0, samples_per_unit=32)   # 9 tasks of 32 in 9 s
+    32.0
+    """
+    if not records or not 0 <= skip < 1:
+        raise ValueError(f"steady_samples_per_sec: need task records and 0 <= skip < 1; "
+                         f"received {len(records)} records, skip={skip!r}.")
+    starts = sorted(r.start for r in records)
+    t0 = starts[int(skip * len(starts))]
+    if end <= t0:
+        raise ValueError(f"steady_samples_per_sec: the run ends at {end} before {t0}.")
+    applied = sum(r.size for r in records if r.applied and r.start >= t0)
+    return applied * samples_per_unit / (end - t0)
 
 
 def aggregate(values: Sequence[float | None], missing_is_worst: bool = False) -> dict:

@@ -3,6 +3,7 @@
     tf-hetero sim --strategies bsp,hps,epsp --workers 4 --profile slow=3:4 --json runs/sim/a.json
     tf-hetero sim --strategies bsp,backup,epsp,hps,pss --workers 4,16,64,256,1000 --out-dir runs/sim
     tf-hetero sim --strategies bsp,epsp --workers 64 --profile-sweep
+    tf-hetero sim --strategies hps,hpsoverlap --workers 4,64,256,1000 --launch tokens --throughput-only
     tf-hetero sim --calibrate runs/validate/one_slow.json --costs my_costs.json
 
 A single size writes what ``tf-hetero bench`` writes (the same JSON keys, the Markdown table
@@ -54,6 +55,10 @@ def add_arguments(p) -> None:
                    help="as tf-hetero bench (default: as many updates as an update averages "
                         "micro-batches; 0: none)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--launch", choices=("closures", "tokens"), default="closures",
+                   help="how a round strategy's tasks reach their workers: a closure each "
+                        "(as the runtime does) or a token to a long-running closure (record "
+                        "0017's design, simulated only; stock PSS keeps closures)")
     p.add_argument("--throughput-only", action="store_true",
                    help="no statistical model (no accuracy; faster at thousands of workers)")
     p.add_argument("--costs", default=None,
@@ -84,7 +89,7 @@ def main(args) -> int:
     if sweeping:
         return _sweep(args, cfg, costs, workers, SLOW_FACTORS if args.profile_sweep else (4,),
                       learn)
-    return _bench(cfg, costs, learn)
+    return _bench(cfg, costs, learn, args.launch)
 
 
 def _config(args, workers: int, profile):
@@ -103,15 +108,16 @@ def _config(args, workers: int, profile):
                        seed=args.seed, out_dir=args.out_dir, json_path=args.json)
 
 
-def _bench(cfg, costs, learn: bool) -> int:
+def _bench(cfg, costs, learn: bool, launch: str = "closures") -> int:
     """One simulated bench: the bench's rows, table, JSON and PNG."""
-    from tf_hetero.sim.run import simulate_run
+    from tf_hetero.sim.run import STOCK, simulate_run
     from tf_hetero.tools import report
 
     runs = []
     for spec in cfg.strategies:
         t = time.perf_counter()
-        runs.append(simulate_run(spec, cfg, costs, learn=learn))
+        runs.append(simulate_run(spec, cfg, costs, learn=learn,
+                                 launch="closures" if spec == STOCK else launch))
         print(f"[tf-hetero sim] {spec}: {runs[-1]['samples_per_sec']:.0f} samples/s "
               f"(simulated in {time.perf_counter() - t:.1f}s)", flush=True)
     # Without the statistical model the accuracy is NaN (shown as nan, never a divergence).
@@ -135,20 +141,22 @@ def _sweep(args, cfg, costs, workers, slow_factors, learn: bool) -> int:
 
     def show(p):
         ttt = "not reached" if p.time_to_target_s is None else f"{p.time_to_target_s:.1f}s"
-        print(f"[tf-hetero sim] {p.strategy} N={p.workers} slow x{p.slow:g}: efficiency "
-              f"{p.efficiency:.3f}, time to target {ttt}", flush=True)
+        print(f"[tf-hetero sim] {p.strategy} N={p.workers} slow x{p.slow:g} ({p.launch}): "
+              f"efficiency {p.efficiency:.3f}, under way {p.steady_efficiency:.3f}, "
+              f"time to target {ttt}", flush=True)
 
     points = sweep.sweep(cfg.strategies, workers, slow_factors, cfg, costs,
-                         rounds=args.rounds, learn=learn, progress=show)
+                         rounds=args.rounds, learn=learn, progress=show, launch=args.launch)
     os.makedirs(args.out_dir, exist_ok=True)
     stem = os.path.join(args.out_dir, "profile_sweep" if args.profile_sweep else "sweep")
     with open(stem + ".json", "w") as f:
-        json.dump({"costs": costs.to_dict(), "rounds": args.rounds,
+        json.dump({"costs": costs.to_dict(), "rounds": args.rounds, "launch": args.launch,
                    "points": [dataclasses.asdict(p) for p in points]}, f, indent=1)
     x = "slow" if args.profile_sweep else "workers"
     what = (f"{workers[0]} workers, a quarter of them slower" if args.profile_sweep
             else "a quarter of the workers 4x slower")
+    launch = "" if args.launch == "closures" else "; round strategies launched as tokens"
     sweep.plot(points, stem + ".png", x=x, title=f"Simulated: {what} ({args.rounds} rounds of "
-               f"N x {cfg.batch_size} samples, digits MLP)")
+               f"N x {cfg.batch_size} samples, digits MLP{launch})")
     print(f"[tf-hetero sim] wrote {stem}.json and .png", flush=True)
     return 0
