@@ -85,12 +85,13 @@ class CostModel:
                                  0.008, 0.010, 0.014, 0.025, 0.1)
     setup_s: float = 1.0
     epoch_s: float = 0.014
-    #: Token launch: the chief's Python per task (the probe's chief CPU per worker beyond a
-    #: round's fixed part, 6.9 -> 7.7 ms a round from 4 to 16 workers), and per round (its
-    #: release and close: the probe's round beyond its device time, 4.4-4.6 ms at 4, 8 and
-    #: 16 workers, which also holds the workers' queue hops: an upper bound).
-    #: benchmarks/results/2026-12-06-dispatch-designs/ (``tokens.py``, ``probe.jsonl``).
-    token_task_s: float = 0.00007
+    #: Token launch: the chief's CPU per task, its growth per worker in a round of a
+    #: tf_keras model's step (~6.3 -> 7.9 ms a round from 4 to 16 workers; a toy step's
+    #: 0.07 ms per worker, benchmarks/results/2026-12-06-dispatch-designs/, is the lower
+    #: figure), and per round (the release and the close: the toy probe's round beyond its
+    #: device time, 4.4-4.6 ms at 4, 8 and 16 workers, which also holds the workers' queue
+    #: hops: an upper bound). benchmarks/results/2026-12-07-token-sweep/ (``carrier.py``).
+    token_task_s: float = 0.00014
     token_round_s: float = 0.0045
     #: PS service time per byte (FIFO per PS). Not identifiable from a 4-worker run (its PS
     #: never queue): 1 ns/byte, i.e. ~1 GB/s per PS over localhost gRPC, is assumed.
