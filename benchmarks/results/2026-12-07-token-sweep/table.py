@@ -1,4 +1,4 @@
-"""Prints the token-sweep tables from the sweep JSONs of this folder: python table.py . (frozen at c6f5c0b)."""
+"""Prints the token-sweep tables from the sweep JSONs of this folder: python table.py . (frozen at 1287e49)."""
 import json, os, sys
 root = sys.argv[1]
 def load(name):
