@@ -107,3 +107,32 @@ def test_a_stall_of_the_whole_cluster_in_the_first_warm_tasks_does_not_even_out_
     fast = [1.0, stall] + [0.1] * 4
     slow = [1.0, stall] + [0.4] * 4
     assert smoothed_time(slow) / smoothed_time(fast) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("alpha, shift", [(0.3, 2.0), (0.5, 2.0), (0.3, None), (1.0, 1.5)])
+def test_the_incremental_estimate_is_smoothed_time_after_every_task(alpha, shift):
+    # Levels, lone outliers both ways, confirmed shifts and a stalled start, 40 histories.
+    from tf_hetero.policies.estimate import Smoother
+
+    rng = random.Random(7)
+    for _ in range(40):
+        level, history, s = rng.choice([0.05, 0.1, 0.4]), [], Smoother(alpha, shift)
+        for i in range(rng.randint(0, 60)):
+            if rng.random() < 0.05:
+                level *= rng.choice([0.25, 4.0])
+            x = level * rng.uniform(0.8, 1.2) * (rng.choice([0.2, 5.0]) if rng.random() < 0.1 else 1)
+            history.append(x if i else 3.0)  # the first task traces
+            s.add(history[-1])
+            want = smoothed_time(history, alpha, shift)
+            assert s.value == want or (want != want and s.value != s.value), (history, s.value)
+
+
+def test_the_monitor_keeps_each_workers_estimate_as_tasks_are_recorded():
+    from tf_hetero.telemetry.monitor import Monitor
+
+    m = Monitor(2)
+    for i, d in enumerate([1.0, 0.1, 0.12, 0.1, 0.5, 0.45, 0.5]):
+        m.record_task(0, 0.0, d, applied=True, staleness=0, size=2)
+        assert m.smoothed(0, 0.3) == smoothed_time(m.durations(0), 0.3)
+        assert m.smoothed(0, 0.5, units=True) == smoothed_time(m.unit_times(0), 0.5)
+    assert m.smoothed(1, 0.3) != m.smoothed(1, 0.3)  # NaN: nothing measured

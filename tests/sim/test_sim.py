@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tf_hetero.emulation.profile import Profile
+from tf_hetero.engine.cycle import RoundCycle
 from tf_hetero.sim import calibrate, costs as costs_module, validate
 from tf_hetero.sim.costs import CostModel, DeviceTimes
 from tf_hetero.sim.learner import Learner
@@ -264,6 +265,46 @@ def test_the_efficiency_under_way_leaves_out_the_set_up_and_first_steps():
     assert b["efficiency"] < 0.85 * a["efficiency"]  # the whole run pays the start
     assert b["steady_efficiency"] == pytest.approx(a["steady_efficiency"], rel=0.05)
     assert a["steady_efficiency"] > a["efficiency"]
+
+
+def test_fit_submitting_a_round_checks_the_workers_once_not_once_per_task(monkeypatch):
+    # fit submits a round's tasks one by one; a pump that finds the round still short of
+    # tasks checked every worker's lane each time: O(N^2) a round, ~110 ms of the fit
+    # thread's Python a round at 1000 workers.
+    checks = []
+    held = RoundCycle._lane_held
+    monkeypatch.setattr(RoundCycle, "_lane_held",
+                        lambda self, w, slot: checks.append(w) or held(self, w, slot))
+    cfg = small_cfg(workers=64, profile="classes=fast:48@1,slow:16@4", tasks=640,
+                    steps_per_epoch=320)
+    r = simulate_run("hps", cfg, CostModel())
+    assert r["rounds"] == 10 and len(checks) <= 2 * 64 * r["rounds"], len(checks)
+
+
+@pytest.mark.parametrize("strategy", registry.names())
+def test_a_pump_skipped_while_fit_submits_changes_nothing(strategy, monkeypatch):
+    # The same run, step for step, with every pump made (the skip switched off).
+    cfg = small_cfg(workers=5, profile="slow=2:3;straggle=0.2x3;seed=2", tasks=100,
+                    steps_per_epoch=50)
+    skipping = simulate_run(strategy, cfg, costs_module.load(), learn=True)
+    monkeypatch.setattr(RoundCycle, "_waits_for_more", lambda self: False)
+    every = simulate_run(strategy, cfg, costs_module.load(), learn=True)
+    assert skipping["timeline"] == every["timeline"]
+    assert skipping["accuracy_curve"] == every["accuracy_curve"]
+
+
+@pytest.mark.parametrize("strategy", ["hps", "epsp", "auto", "bsp"])
+def test_the_monitors_incremental_estimates_change_no_plan(strategy, monkeypatch):
+    # The same run, step for step, with every estimate recomputed from the whole history.
+    from tf_hetero.telemetry.monitor import Monitor
+
+    cfg = small_cfg(workers=5, profile="slow=2:3;straggle=0.2x3;change=1@30:3;seed=2",
+                    tasks=200, steps_per_epoch=100)
+    incremental = simulate_run(strategy, cfg, costs_module.load(), learn=True)
+    monkeypatch.delattr(Monitor, "smoothed")
+    recomputed = simulate_run(strategy, cfg, costs_module.load(), learn=True)
+    assert incremental["timeline"] == recomputed["timeline"]
+    assert incremental["samples_per_worker"] == recomputed["samples_per_worker"]
 
 
 # ------------------------------------------------------------ statistical model

@@ -59,6 +59,35 @@ class EngineError(RuntimeError):
     """The engine cannot go on (a task failed for a reason other than a lost worker)."""
 
 
+class CountingRLock:
+    """The engine's one lock: a re-entrant lock that counts how often it was taken
+    (``taken``), so the engine knows in O(1) that no event came since it last looked
+    (:meth:`RoundCycle._waits_for_more`). Its ``threading.Condition`` is made on
+    ``inner``; a wait's re-acquisition is not counted (no engine state changes after one).
+
+    >>> lock = CountingRLock()
+    >>> with lock:
+    ...     with lock:
+    ...         pass
+    >>> lock.taken
+    2
+    """
+
+    __slots__ = ("inner", "taken")
+
+    def __init__(self):
+        self.inner = threading.RLock()
+        self.taken = 0
+
+    def __enter__(self):
+        self.inner.acquire()
+        self.taken += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.inner.release()
+
+
 class RoundEngine(Faults, RoundCycle):
     """Coordinator-side scheduler for one strategy. This class is thread-safe.
 
@@ -105,8 +134,9 @@ class RoundEngine(Faults, RoundCycle):
         self.clock = clock
         self.components = list(components)
         self.num_lanes = num_workers + sum(c.extra_lanes for c in self.components)
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
+        self._lock = CountingRLock()
+        self._changed = threading.Condition(self._lock.inner)
+        self._waiting = None  # see RoundCycle._waits_for_more
         self._pending: collections.deque[Task] = collections.deque()
         self._pending_steps = 0  # of them, tasks of kind "step" (the rest are "round")
         self._next_task = 0
@@ -205,7 +235,8 @@ class RoundEngine(Faults, RoundCycle):
             self._pending.append(task)
             self._pending_steps += kind == "step"
             self._flushing = False
-            self._pump()
+            if not self._waits_for_more():  # O(1): nothing but submits since it waited
+                self._pump()
             return task
 
     def wait_room(self, limit: int, timeout: float) -> bool:

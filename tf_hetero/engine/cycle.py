@@ -73,6 +73,10 @@ class RoundCycle:
     _async_depth: int
     _last_plan: Any
     _error: BaseException | None
+    _lock: Any
+    #: (the lock's acquisitions, round tasks queued to wait for) of the last pump that opened
+    #: nothing, or None: see _waits_for_more.
+    _waiting: tuple | None
 
     @property
     def asks_velocity(self) -> bool:
@@ -82,6 +86,7 @@ class RoundCycle:
         return callable(getattr(self.update_scale, "velocity", None))
 
     def _pump(self) -> None:
+        self._waiting = None
         if self._error is not None:
             return
         head = self._pending[0].kind if self._pending else None
@@ -89,10 +94,26 @@ class RoundCycle:
             if self._books.requested and not self._books.regroup():
                 return  # no new round until every book's rounds are applied
             gated = self._gated()  # once per pump: O(N) with a gate, whatever the books
-            for book in self.books:
-                self._pump_book(book, gated)
+            need = min((self._pump_book(book, gated) for book in self.books),
+                       default=math.inf)
+            if need > 0 and not self._flushing:
+                self._waiting = (self._lock.taken, need)
         else:  # the queue's head applies its own update: asynchronous steps
             self._pump_async()
+
+    def _waits_for_more(self) -> bool:
+        """Whether a pump now would do nothing, known in O(1): the last pump found every
+        book waiting for an event or for more queued round tasks than there are, and nothing
+        but submits took the engine's lock since (any event, or any other call, takes it).
+        ``fit`` submits a round's tasks one by one, and each pump checks every worker: at
+        1000 workers that was O(N^2) per round, ~110 ms of the fit thread's Python a round
+        (benchmarks/results/2026-12-07-token-sweep/)."""
+        waiting = self._waiting
+        if (waiting is None or waiting[0] + 1 != self._lock.taken or self._pending_steps
+                or len(self._pending) >= waiting[1]):
+            return False
+        self._waiting = (self._lock.taken, waiting[1])
+        return True
 
     def _rounds_pending(self) -> tuple[int, bool]:
         """Queued tasks a round may take (the leading ones of kind ``"round"``), and whether
@@ -138,16 +159,19 @@ class RoundCycle:
         live_clocks = {v: self.visible[v] for v in self._live}
         return {w for w in self._live if not self.gate.may_start(w, live_clocks)}
 
-    def _pump_book(self, book: Book, gated: set) -> None:
+    def _pump_book(self, book: Book, gated: set) -> float:
+        """Opens ``book``'s next round if it may; returns how many queued round tasks it
+        waits for (``math.inf``: an event, not tasks; 0: it opened a round, or may with
+        what a component does)."""
         if not book.may_open:
-            return
+            return math.inf
         if self._flushing and not self._pending and not book.busy:
             for c in self.components:  # end of an epoch: rounds that close it
                 if c.end_of_epoch(book):
-                    return
+                    return 0
         available, switch = self._rounds_pending()
         if not available:
-            return
+            return 1
         # A worker whose lane in the next round's slot holds a late gradient still to fold
         # (or a late task still writing it) sits the round out: its task would overwrite it.
         slot = book.opened % 2
@@ -162,16 +186,16 @@ class RoundCycle:
                 # never come back.
                 for c in self.components:
                     if any(c.blocks(w, slot) for w in held) and c.end_of_epoch(book):
-                        return
-            return
+                        return 0
+            return math.inf
         ctx = RoundContext(book.opened, tuple(w for w in live if not self.busy(w)),
                            tuple(w for w in live if self.busy(w)), self.monitor)
         plan = self._plan(book, ctx)
         if not plan.entries:
-            return  # every live worker is still busy with late work; wait for one
+            return math.inf  # every live worker is still busy with late work; wait for one
         steps = max(len(plan.entries), plan.steps or 0)
         if available < steps and not (self._flushing or switch):
-            return  # fit is still scheduling this round's tasks
+            return steps if not switch else 0  # fit is still scheduling this round's tasks
         entries = plan.entries[:available]
         rnd = self.open_round(book, RoundKind.TRAIN, plan.info)
         rnd.participants = plan.participants
@@ -195,6 +219,7 @@ class RoundCycle:
             if task.state != S.QUEUED:
                 self.dispatch(task, task.pinned, rnd.id)
         self._feed()
+        return 0
 
     def _absorb(self, rnd: Round, count: int) -> None:
         """The next ``count`` queued steps are covered by ``rnd`` without running: the

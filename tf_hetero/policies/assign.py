@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from tf_hetero.engine.api import Plan, Pulled, RoundContext
-from tf_hetero.policies.estimate import DEFAULT_ALPHA, StragglerProjection, smoothed_time
+from tf_hetero.policies.estimate import DEFAULT_ALPHA, StragglerProjection, worker_time
 
 __all__ = ["OnePerWorker", "OnePerIdleWorker", "ElasticParallelism", "SpeedProportional",
            "BalancedBatches", "GroupBatches"]
@@ -221,7 +221,7 @@ class SpeedProportional:
 
     def plan(self, ctx: RoundContext) -> Plan:
         live = list(ctx.live)
-        times = {w: smoothed_time(ctx.monitor.durations(w), self.alpha) if ctx.monitor is not None
+        times = {w: worker_time(ctx.monitor, w, self.alpha) if ctx.monitor is not None
                  else math.nan for w in live}
         if self.memory_budget is None and any(math.isnan(t) for t in times.values()):
             # Before every worker has a measured task, the round's tasks are pulled by free
@@ -367,7 +367,7 @@ class BalancedBatches:
                 "does), or pass the strategy's global_batch.")
         units = self.units if units is None else units
         live = list(ctx.live)
-        times = {w: smoothed_time(ctx.monitor.unit_times(w), self.alpha)
+        times = {w: worker_time(ctx.monitor, w, self.alpha, units=True)
                  if ctx.monitor is not None else math.nan for w in live}
         if any(math.isnan(t) for t in times.values()):
             times = {w: 1.0 for w in live}  # nothing measured yet: an even split

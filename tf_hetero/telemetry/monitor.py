@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time
+from tf_hetero.policies.estimate import DEFAULT_ALPHA, Smoother
 from tf_hetero.policies.noise import GradientNoise
 from tf_hetero.telemetry import psload
 from tf_hetero.telemetry.records import RoundRecord, TaskRecord
@@ -51,6 +51,7 @@ class Monitor:
         self.events: list[tuple] = []
         self._durations: list[list[float]] = [[] for _ in range(num_workers)]  # per worker
         self._unit_times: list[list[float]] = [[] for _ in range(num_workers)]  # s per unit
+        self._smoothers: dict = {}  # (units, alpha, worker) -> Smoother (see smoothed)
         self._summaries: list = []
         self.t0 = clock()
         # Local accumulation (H-PS) pushes once per worker per round, not once per task:
@@ -149,7 +150,20 @@ class Monitor:
     # ------------------------------------------------------------------ queries
     def ewma_s(self, worker: int) -> float:
         """Smoothed task time of ``worker`` in seconds (NaN before its first task)."""
-        return smoothed_time(self.durations(worker), self.ewma_alpha)
+        return self.smoothed(worker, self.ewma_alpha)
+
+    def smoothed(self, worker: int, alpha: float, units: bool = False) -> float:
+        """:func:`~tf_hetero.policies.estimate.smoothed_time` of ``worker``'s task durations
+        (``units``: its seconds per work unit), kept up to date as tasks are recorded
+        (:class:`~tf_hetero.policies.estimate.Smoother`: O(new tasks) per question)."""
+        with self._lock:
+            times = (self._unit_times if units else self._durations)[worker]
+            smoother = self._smoothers.get((units, alpha, worker))
+            if smoother is None:
+                smoother = self._smoothers[units, alpha, worker] = Smoother(alpha)
+            for x in times[smoother.seen:]:
+                smoother.add(x)
+            return smoother.value
 
     def durations(self, worker: int) -> list[float]:
         """Durations of ``worker``'s finished tasks, oldest first."""
