@@ -99,18 +99,22 @@ class RoundCycle:
             if need > 0 and not self._flushing:
                 self._waiting = (self._lock.taken, need)
         else:  # the queue's head applies its own update: asynchronous steps
-            self._pump_async()
+            need = self._pump_async()
+            if need > 0 and not self._flushing:
+                self._waiting = (self._lock.taken, need)
 
     def _waits_for_more(self) -> bool:
         """Whether a pump now would do nothing, known in O(1): the last pump found every
-        book waiting for an event or for more queued round tasks than there are, and nothing
-        but submits took the engine's lock since (any event, or any other call, takes it).
+        book (or, for asynchronous steps, every worker) waiting for an event or for more
+        queued tasks than there are, only one kind of task is queued, and nothing but
+        submits took the engine's lock since (any event, or any other call, takes it).
         ``fit`` submits a round's tasks one by one, and each pump checks every worker: at
         1000 workers that was O(N^2) per round, ~110 ms of the fit thread's Python a round
-        (benchmarks/results/2026-12-07-token-sweep/)."""
+        (benchmarks/results/2026-12-07-engine-python/)."""
         waiting = self._waiting
-        if (waiting is None or waiting[0] + 1 != self._lock.taken or self._pending_steps
-                or len(self._pending) >= waiting[1]):
+        if (waiting is None or waiting[0] + 1 != self._lock.taken
+                or len(self._pending) >= waiting[1]
+                or self._pending_steps not in (0, len(self._pending))):  # one kind queued
             return False
         self._waiting = (self._lock.taken, waiting[1])
         return True
@@ -133,18 +137,22 @@ class RoundCycle:
         self._pending_steps -= task.kind == "step"
         return task
 
-    def _pump_async(self) -> None:
+    def _pump_async(self) -> float:
+        """Hands queued steps to live workers with room; returns how many queued steps it
+        waits for (1: it ran out of them; ``math.inf``: every worker is full or gated, so
+        only an event frees one; 0: a round task is next, a switch)."""
         # Up to the depth, one task per worker per pass: the least advanced workers first.
         for _ in range(self._async_depth):
             for w in sorted(self._live, key=lambda w: self.clocks[w]):
                 if not self._pending or self._pending[0].kind != "step":
-                    return
+                    return 0 if self._pending else 1
                 if len(self.running(w)) >= self._async_depth:
                     continue
                 if not self._gate_free and not self.gate.may_start(
                         w, {v: self.clocks[v] for v in self._live}):
                     continue
                 self.dispatch(self._take_pending(), w, None)
+        return math.inf if self._pending else 1
 
     def _gated(self) -> set:
         """Live workers the gate keeps from starting a task now (a gate over books: SSP with

@@ -114,7 +114,7 @@ class Smoother:
     same float), in O(1) per task instead of O(history) per question. A policy asks for
     every worker's estimate at every round: recomputed from the whole history that cost
     O(N x rounds) a round, ~2 ms a round after 4000 rounds at 4 workers, on the round's
-    critical path (benchmarks/results/2026-12-07-token-sweep/).
+    critical path (benchmarks/results/2026-12-07-engine-python/).
 
     >>> s = Smoother(alpha=0.5)
     >>> for x in (1.0, 0.1, 0.1, 0.1, 0.15): s.add(x)
