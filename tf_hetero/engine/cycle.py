@@ -108,8 +108,9 @@ class RoundCycle:
         book (or, for asynchronous steps, every worker) waiting for an event or for more
         queued tasks than there are, only one kind of task is queued, and nothing but
         submits took the engine's lock since (any event, or any other call, takes it).
-        ``fit`` submits a round's tasks one by one, and each pump checks every worker: at
-        1000 workers that was O(N^2) per round, ~110 ms of the fit thread's Python a round
+        ``fit`` submits a round's tasks one by one, and each pump checks every worker: while
+        a book waits for tasks (an epoch's start) that was O(N^2) per round, at 1000 workers
+        ~110 ms of the fit thread's Python a round in a fit of short epochs
         (benchmarks/results/2026-12-07-engine-python/)."""
         waiting = self._waiting
         if (waiting is None or waiting[0] + 1 != self._lock.taken

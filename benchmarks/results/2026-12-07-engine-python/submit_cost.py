@@ -1,4 +1,4 @@
-"""(Frozen at fa277e2.) The engine's own Python per submitted task as the cluster grows: a simulated H-PS fit
+"""(Frozen at c5343bc.) The engine's own Python per submitted task as the cluster grows: a simulated H-PS fit
 (tokens, uncontended costs), the time spent inside RoundEngine.submit (the fit thread's
 call per step) per task, and the whole simulation's wall time per task."""
 import sys, time
@@ -23,7 +23,7 @@ for spec in sys.argv[1].split(","):
                               warmup_updates=0, dataset="digits")
         spent[0] = 0.0
         sim = Simulation(spec, cfg, costs_mod.load(costs_mod.UNCONTENDED_PATH),
-                         launch="tokens" if spec != "pss" else "closures")
+                         launch="tokens" if spec not in ("pss", "auto") else "closures")
         t = time.perf_counter(); sim.fit(); wall = time.perf_counter() - t
         print(f"{spec:10s} N={N:5d}: submit {spent[0] / (N * R) * 1e6:7.1f} us/task, "
               f"whole {wall / (N * R) * 1e6:7.1f} us/task", flush=True)
