@@ -189,7 +189,12 @@ class SyncPolicy(Protocol):
 
 
 class AssignmentPolicy(Protocol):
-    """Which workers get the next round's tasks."""
+    """Which workers get the next round's tasks.
+
+    An optional ``min_steps(round_id) -> int | None`` says, without a context, at least how
+    many queued tasks round ``round_id``'s plan will take (a sized round: its steps of
+    ``fit``): while fewer are queued the engine does not plan (each plan's context is an
+    O(N) pass over the workers, and ``fit`` submits a round's tasks one by one)."""
 
     def plan(self, ctx: RoundContext) -> Plan: ...
 

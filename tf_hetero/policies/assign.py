@@ -85,6 +85,10 @@ class ElasticParallelism:
         """Steps of fit a sized round covers (see :class:`BalancedBatches`)."""
         return self.batches.round_steps if self.batches is not None else None
 
+    def min_steps(self, round_id: int) -> int | None:
+        """The steps of fit sized round ``round_id`` takes (``AssignmentPolicy.min_steps``)."""
+        return self.batches.steps(round_id) if self.batches is not None else None
+
     def plan(self, ctx: RoundContext) -> Plan:
         live = list(ctx.live)
         proj = self.projection.project(ctx.monitor, live, per_unit=self.batches is not None)
@@ -302,6 +306,11 @@ class BalancedBatches:
     def round_steps(self) -> float | None:
         """Steps of fit a round covers on average (``None`` without ``step_units``)."""
         return None if self.step_units is None else self.units / self.step_units
+
+    def min_steps(self, round_id: int) -> int | None:
+        """The steps of fit round ``round_id`` takes (``AssignmentPolicy.min_steps``): its
+        plan's, known before the plan."""
+        return self.steps(round_id)
 
     def steps(self, round_id: int, units: int | None = None) -> int | None:
         """Steps of fit round ``round_id`` covers: its share of the cumulative global

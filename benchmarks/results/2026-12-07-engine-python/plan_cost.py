@@ -1,4 +1,4 @@
-"""(Frozen at c5343bc.) The sized assignment policy's plan (on the round's critical path: between an apply and the
+"""(Frozen at the commit that adds submit_auto_after.txt, README.) The sized assignment policy's plan (on the round's critical path: between an apply and the
 next round's dispatch) per round, as the fit goes on: a simulated H-PS fit, 4 and 64 workers."""
 import sys, time
 from types import SimpleNamespace

@@ -1,4 +1,4 @@
-"""(Frozen at c5343bc.) The engine's own Python per submitted task as the cluster grows: a simulated H-PS fit
+"""(Frozen at the commit that adds submit_auto_after.txt, README.) The engine's own Python per submitted task as the cluster grows: a simulated H-PS fit
 (tokens, uncontended costs), the time spent inside RoundEngine.submit (the fit thread's
 call per step) per task, and the whole simulation's wall time per task."""
 import sys, time
