@@ -28,6 +28,7 @@ def _round(num_tasks, num_done, live_workers=0):
     r = Round(0, [Task(i, None, round=0) for i in range(num_tasks)], live_workers=live_workers)
     for t in r.tasks[:num_done]:
         t.state = "done"
+        r.task_in(t)  # as the engine tells the round when one of its tasks is done
     return r
 
 

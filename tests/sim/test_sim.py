@@ -314,6 +314,30 @@ def test_the_monitors_incremental_estimates_change_no_plan(strategy, monkeypatch
     assert incremental["samples_per_worker"] == recomputed["samples_per_worker"]
 
 
+@pytest.mark.parametrize("strategy", registry.names())
+def test_the_kept_count_of_tasks_in_is_the_count_whenever_it_is_asked(strategy, monkeypatch):
+    # Transient stragglers: EPSP transfers tasks (twins), backup workers and slack sync
+    # close on counts, the ticker asks at every tick.
+    from tf_hetero.engine.state import Round, TaskState
+
+    kept, asked = Round.num_done, []
+
+    def checked(rnd):
+        n = kept.fget(rnd)
+        assert n == sum(t.state == TaskState.DONE or (t.twin is not None and
+                                                      t.twin.state == TaskState.DONE)
+                        for t in rnd.tasks), (rnd.id, n)
+        asked.append(n)
+        return n
+
+    monkeypatch.setattr(Round, "num_done", property(checked))
+    cfg = small_cfg(workers=5, profile="slow=2:3;straggle=0.3x4;seed=4", tasks=200,
+                    steps_per_epoch=100)
+    simulate_run(strategy, cfg, costs_module.load())
+    if strategy in ("backup", "epspslack"):  # they close on counts
+        assert asked  # the count was asked for
+
+
 # ------------------------------------------------------------ statistical model
 def test_gradient_matches_finite_differences():
     m = Learner(num_workers=1, batch_size=8, lr=0.1, seed=0)

@@ -355,6 +355,7 @@ class RoundEngine(Faults, RoundCycle):
                     lanes.settle_late(self, rnd, task.lane_id)
                 else:  # recorded in the monitor when the round closes
                     task.state = S.DONE
+                    rnd.task_in(task)
                     for c in self.components:
                         c.on_task_done(task, worker)
                     if self._books[rnd.book].sync.should_close(rnd, self.clock()):
@@ -476,6 +477,8 @@ class RoundEngine(Faults, RoundCycle):
             return
         counted = task.round is not None and self.rounds[task.round].closed
         task.state = S.DROPPED
+        if task.round is not None:
+            self.rounds[task.round].task_out(task)
         if self.monitor:
             if counted:
                 self.monitor.on_lost(task)

@@ -158,11 +158,26 @@ class Round:
     velocity: float = 1.0
     info: dict = dataclasses.field(default_factory=dict)  # what the policies decided (a log)
     _in_prefix: int = dataclasses.field(default=0, repr=False)  # tasks known in (all_done)
+    _in_count: int = dataclasses.field(default=0, repr=False)  # num_done, kept by the engine
 
     @property
     def num_done(self) -> int:
-        """Tasks in: a transferred task counts once, when its first copy is in."""
-        return sum(map(_is_in, self.tasks))
+        """Tasks in: a transferred task counts once, when its first copy is in. Kept as
+        tasks finish (:meth:`task_in`, :meth:`task_out`): sync policies and the ticker ask
+        after every event, and counting a round of N tasks each time cost O(N^2) a round
+        (benchmarks/results/2026-12-07-engine-python/)."""
+        return self._in_count
+
+    def task_in(self, task: Task) -> None:
+        """``task``, one of the round's tasks or a transfer copy of one, is now DONE (the
+        engine calls this only when its twin is not)."""
+        self._in_count += 1
+
+    def task_out(self, task: Task) -> None:
+        """``task`` was DONE and is dropped after all (``RoundEngine.lose``): its original is
+        no longer in, unless its twin is."""
+        if task.twin is None or task.twin.state != TaskState.DONE:
+            self._in_count -= 1
 
     @property
     def all_done(self) -> bool:

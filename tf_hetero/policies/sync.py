@@ -2,7 +2,7 @@
 
 >>> from tf_hetero.engine import Round, Task
 >>> r = Round(0, [Task(i, None, round=0) for i in range(4)], live_workers=4)
->>> for t in r.tasks[:3]: t.state = "done"
+>>> for t in r.tasks[:3]: t.state = "done"; r.task_in(t)   # what the engine does
 >>> AllTasks().should_close(r, 0.0), FirstK(backups=1).should_close(r, 0.0)
 (False, True)
 """
