@@ -96,12 +96,10 @@ class RoundCycle:
             gated = self._gated()  # once per pump: O(N) with a gate, whatever the books
             need = min((self._pump_book(book, gated) for book in self.books),
                        default=math.inf)
-            if need > 0 and not self._flushing:
-                self._waiting = (self._lock.taken, need)
         else:  # the queue's head applies its own update: asynchronous steps
             need = self._pump_async()
-            if need > 0 and not self._flushing:
-                self._waiting = (self._lock.taken, need)
+        if need > 0 and not self._flushing:
+            self._waiting = (self._lock.taken, need)
 
     def _waits_for_more(self) -> bool:
         """Whether a pump now would do nothing, known in O(1): the last pump found every
@@ -208,7 +206,7 @@ class RoundCycle:
             return math.inf  # every live worker is still busy with late work; wait for one
         steps = max(len(plan.entries), plan.steps or 0)
         if available < steps and not (self._flushing or switch):
-            return steps if not switch else 0  # fit is still scheduling this round's tasks
+            return steps  # fit is still scheduling this round's tasks
         entries = plan.entries[:available]
         rnd = self.open_round(book, RoundKind.TRAIN, plan.info)
         rnd.participants = plan.participants

@@ -34,7 +34,7 @@ from tf_hetero.sim.events import EventLoop, SimulationError
 from tf_hetero.telemetry import perf
 from tf_hetero.telemetry.monitor import Monitor
 
-__all__ = ["simulate_run", "Simulation", "STOCK"]
+__all__ = ["simulate_run", "Simulation", "STOCK", "row_launch"]
 
 #: Registry names whose steps TF's own closure queue runs (no engine on a real cluster).
 STOCK = "pss"
@@ -51,6 +51,13 @@ class Simulation:
         self.spec, self.cfg, self.costs = spec, cfg, costs
         n, k = cfg.workers, cfg.steps_per_execution
         self.config = config = registry.engine_config(spec, n)
+        self.launch = launch
+        if launch == "tokens" and (config.sync.mode != "rounds" or config.switches_modes):
+            raise ValueError(
+                f"{spec}: launch='tokens' hands each round's tasks to long-running closures, "
+                f"so it needs a strategy whose steps all run in synchronous rounds; {spec} "
+                "runs asynchronous steps" + (" part of the time" if config.switches_modes
+                                             else "") + ". Fix: launch='closures' for it.")
         self.profile = Profile.parse(cfg.profile)
         self.profile.check_workers(n)
         self.per_update = registry.updates_per_round(spec, n) * k
@@ -85,13 +92,6 @@ class Simulation:
                                   update_scale=getattr(config, "update_scale", None),
                                   guard=None if stop_on_divergence else _NeverStop())
         self.dispatcher.engine = self.engine
-        self.launch = launch
-        if launch == "tokens" and not (self.engine.rounds_mode and not config.switches_modes):
-            raise ValueError(
-                f"{spec}: launch='tokens' hands each round's tasks to long-running closures, "
-                f"so it needs a strategy whose steps all run in synchronous rounds; {spec} "
-                "runs asynchronous steps" + (" part of the time" if config.switches_modes
-                                             else "") + ". Fix: launch='closures' for it.")
         self.error: BaseException | None = None
 
     def _schedule(self) -> lr_rule.Rate:
@@ -226,6 +226,17 @@ class _NeverStop:
 
     def reset(self):
         pass
+
+
+def row_launch(spec: str, launch: str) -> str:
+    """The launch a simulated bench or sweep row of ``spec`` runs with when the command asks
+    for ``launch``: stock PSS, the reference, keeps its closures (it has no rounds to
+    launch as tokens); every other row takes ``launch`` (and refuses what it cannot).
+
+    >>> row_launch("pss", "tokens"), row_launch("hps", "tokens")
+    ('closures', 'tokens')
+    """
+    return "closures" if spec == STOCK else launch
 
 
 def simulate_run(spec: str, cfg, costs, *, learn: bool = False, lr_factor: float = 1.0,

@@ -70,7 +70,7 @@ class SweepPoint:
 def sweep(strategies, workers, slow_factors, base_cfg, costs, *, rounds: int = 100,
           learn: bool = True, progress=None, launch: str = "closures") -> list[SweepPoint]:
     """One simulated row per strategy, size and slow factor (see the module)."""
-    from tf_hetero.sim.run import STOCK, simulate_run
+    from tf_hetero.sim.run import row_launch, simulate_run
 
     points = []
     for n in workers:
@@ -81,7 +81,7 @@ def sweep(strategies, workers, slow_factors, base_cfg, costs, *, rounds: int = 1
                                       steps_per_epoch=tasks // 4 if rounds % 4 == 0 else tasks)
             for spec in strategies:
                 r = simulate_run(spec, cfg, costs, learn=learn, stop_on_divergence=False,
-                                 launch="closures" if spec == STOCK else launch)
+                                 launch=row_launch(spec, launch))
                 points.append(SweepPoint(spec, n, profile, slow, r["samples_per_sec"],
                                          r["efficiency"], r["time_to_target_s"],
                                          r["final_accuracy"], r["steady_efficiency"],

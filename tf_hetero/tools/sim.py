@@ -110,14 +110,14 @@ def _config(args, workers: int, profile):
 
 def _bench(cfg, costs, learn: bool, launch: str = "closures") -> int:
     """One simulated bench: the bench's rows, table, JSON and PNG."""
-    from tf_hetero.sim.run import STOCK, simulate_run
+    from tf_hetero.sim.run import row_launch, simulate_run
     from tf_hetero.tools import report
 
     runs = []
     for spec in cfg.strategies:
         t = time.perf_counter()
         runs.append(simulate_run(spec, cfg, costs, learn=learn,
-                                 launch="closures" if spec == STOCK else launch))
+                                 launch=row_launch(spec, launch)))
         print(f"[tf-hetero sim] {spec}: {runs[-1]['samples_per_sec']:.0f} samples/s "
               f"(simulated in {time.perf_counter() - t:.1f}s)", flush=True)
     # Without the statistical model the accuracy is NaN (shown as nan, never a divergence).
