@@ -314,6 +314,33 @@ def test_the_monitors_incremental_estimates_change_no_plan(strategy, monkeypatch
     assert incremental["samples_per_worker"] == recomputed["samples_per_worker"]
 
 
+def test_the_sized_plans_never_go_through_a_workers_history_again(monkeypatch):
+    # Only the warm-up tasks are smoothed from a list (before any warm one is known); the
+    # rest is the monitor's incremental estimate, whatever the fit's length.
+    from tf_hetero.policies import estimate
+
+    lengths = []
+    smoothed_time = estimate.smoothed_time
+    monkeypatch.setattr(estimate, "smoothed_time",
+                        lambda d, *a, **kw: lengths.append(len(d)) or smoothed_time(d, *a, **kw))
+    r = simulate_run("hps", small_cfg(tasks=200, steps_per_epoch=100), CostModel())
+    assert r["rounds"] == 50 and max(lengths, default=0) <= estimate.WARMUP_TASKS, lengths
+
+
+def test_a_rounds_count_of_tasks_in_is_not_made_again_at_each_question(monkeypatch):
+    # Backup workers ask at every task's end: counted each time, 64 workers asked ~40,000
+    # task states over 10 rounds.
+    from tf_hetero.engine import state
+
+    looked = []
+    is_in = state._is_in  # pylint: disable=protected-access
+    monkeypatch.setattr(state, "_is_in", lambda t: looked.append(t) or is_in(t))
+    cfg = small_cfg(workers=64, profile="classes=fast:48@1,slow:16@4", tasks=640,
+                    steps_per_epoch=320)
+    r = simulate_run("backup", cfg, CostModel())
+    assert len(looked) <= r["tasks"], len(looked)
+
+
 @pytest.mark.parametrize("strategy", registry.names())
 def test_the_kept_count_of_tasks_in_is_the_count_whenever_it_is_asked(strategy, monkeypatch):
     # Transient stragglers: EPSP transfers tasks (twins), backup workers and slack sync
