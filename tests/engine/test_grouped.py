@@ -4,6 +4,8 @@ and the per-group update scale."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 
 import pytest
@@ -219,6 +221,53 @@ def test_speed_groups_split_stragglers_from_fast_workers():
     assert SpeedGroups(2).by_index(5) == ((0, 1), (2, 3, 4))
 
 
+def _split_by_enumeration(times, k):
+    """Every split of the sorted workers into ``k`` contiguous groups, scored as
+    :meth:`SpeedGroups.split` scores them (squared error of the log times, each group from
+    its own mean): the lowest, and among those within 1e-12 of it the earliest cuts."""
+    order = sorted(times, key=lambda w: (times[w], w))
+    x = [math.log(times[w]) for w in order]
+    n, k = len(x), min(k, len(x))
+
+    def sse(seg):
+        m = sum(seg) / len(seg)
+        return sum((v - m) ** 2 for v in seg)
+
+    scored = []
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        bounds = (0, *cuts, n)
+        scored.append((sum(sse(x[a:b]) for a, b in zip(bounds, bounds[1:])), bounds))
+    low = min(c for c, _ in scored)
+    # The earliest cut first, from the last group back (the dynamic programme's rule).
+    ties = [b for c, b in scored if c <= low + 1e-12]
+    bounds = max(ties, key=lambda b: tuple(-v for v in reversed(b)))
+    return normalize_groups([order[a:b] for a, b in zip(bounds, bounds[1:])])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_speed_groups_split_is_the_best_split_with_ties_to_the_earliest_cut(seed):
+    """The split computed from prefix sums equals the best of every contiguous split, scored
+    group by group: on random speeds, on a few speeds with jitter, and on exact ties (equal
+    workers: which of equal-cost splits is picked decides the groups)."""
+    rng = random.Random(seed)
+    for trial in range(150):
+        n, k = rng.randint(1, 9), rng.randint(1, 4)
+        kind = trial % 3
+        if kind == 0:
+            times = {w: rng.choice([0.1, 0.2, 0.4]) for w in range(n)}
+        elif kind == 1:
+            times = {w: rng.choice([0.1, 0.4]) * rng.uniform(0.95, 1.05) for w in range(n)}
+        else:
+            times = {w: rng.lognormvariate(-2, 0.7) for w in range(n)}
+        assert SpeedGroups(k).split(times) == _split_by_enumeration(times, k), times
+
+
+def test_idle_fraction_takes_each_groups_slowest_member():
+    times = {0: 1.0, 1: 2.0, 2: 4.0, 3: 4.0}
+    # (0, 1): 0.5 idle for worker 0; (2, 3): none.
+    assert SpeedGroups.idle_fraction(times, ((0, 1), (2, 3))) == pytest.approx(0.5 / 4)
+
+
 class _Times:
     def __init__(self, times):
         self.times = times
@@ -360,6 +409,28 @@ def test_ssp_random_schedules_keep_the_bound_and_apply_every_task_once(seed):
     assert sum(n for _, lanes in d.applies for n in lanes.values()) == len(tasks) == 60
     assert all(len(lanes) == 1 for _, lanes in d.applies)  # one task per update, unscaled
     assert {r.scale for r in e.rounds} == {1.0}
+
+
+def test_ssp_over_many_books_asks_the_gate_once_per_pump_and_forms_the_groups_once(monkeypatch):
+    """SSP is one book per worker: every pump asks the gate about every live worker, and every
+    applied round (a task) asked for the books' groups. The bound's ``refused`` answers for all
+    workers at once (``may_start`` per worker found the slowest worker each time: O(N^2) per
+    pump, 3 ms of the chief's Python per task at 256 simulated workers), and the groups are
+    kept until the books are re-formed (one O(N log N) pass per task before). Both asked per
+    worker or per round again, this fails."""
+    import tf_hetero.engine.books as books
+
+    e, d = ssp_engine(6, staleness=1)
+    asked, formed = [], []
+    monkeypatch.setattr(type(e.gate), "may_start",
+                        lambda self, w, clocks: asked.append(w) or True)
+    normalize = books.normalize_groups
+    monkeypatch.setattr(books, "normalize_groups",
+                        lambda groups, *a: formed.append(1) or normalize(groups, *a))
+    tasks = play(e, d, 60, random.Random(0))
+    assert sum(n for _, lanes in d.applies for n in lanes.values()) == len(tasks) == 60
+    assert asked == []  # every answer from refused()
+    assert len(formed) <= 1  # SSP's books are fixed: their groups formed once
 
 
 def test_ssp_task_rerun_after_its_worker_died_overwrites_its_lane_instead_of_applying_twice():

@@ -75,6 +75,17 @@ def test_staleness_bound_allows_exactly_s_ahead_of_the_slowest():
     assert Unbounded().may_start(0, {0: 1000, 1: 0})
 
 
+def test_staleness_bound_refuses_at_once_what_it_refuses_worker_by_worker():
+    import random
+
+    rng = random.Random(0)
+    for s in (0, 1, 3):
+        gate = StalenessBound(s)
+        for _ in range(50):
+            clocks = {w: rng.randint(0, 6) for w in range(rng.randint(1, 8))}
+            assert gate.refused(clocks) == {w for w in clocks if not gate.may_start(w, clocks)}
+
+
 def test_policy_modes():
     assert Async.mode == "async"
     assert AllTasks.mode == FirstK.mode == "rounds"

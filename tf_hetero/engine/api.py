@@ -16,6 +16,7 @@ return explicit values (:class:`Plan`); nothing passes through attributes set on
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
@@ -131,7 +132,8 @@ def normalize_groups(groups: Sequence[Sequence[int]], num_workers: int | None = 
     seen: list[int] = [w for g in out for w in g]
     if any(not g for g in out):
         raise ValueError(f"groups {groups!r}: a group is empty. Fix: drop it.")
-    twice = sorted({w for w in seen if seen.count(w) > 1})
+    counts = collections.Counter(seen)  # asked after every applied round: O(N), not O(N^2)
+    twice = sorted(w for w, c in counts.items() if c > 1)
     if twice:
         raise ValueError(f"groups {groups!r}: worker(s) {twice} in two groups. Fix: put each "
                          "worker in exactly one group.")
@@ -206,7 +208,10 @@ class Gate(Protocol):
     the gate refuses sits the round out: SSP over one book per worker).
 
     An optional ``unbounded`` attribute (default False) says the gate never refuses: the
-    engine then does not ask it (nor count applied tasks for it), as with no gate at all."""
+    engine then does not ask it (nor count applied tasks for it), as with no gate at all. An
+    optional ``refused(clocks) -> set`` answers for every worker of ``clocks`` at once (the
+    workers ``may_start`` would refuse): the engine asks over all live workers, and a gate that
+    compares each worker with the others answers that in O(N) instead of O(N^2)."""
 
     def may_start(self, worker: int, clocks: Mapping[int, int]) -> bool: ...
 

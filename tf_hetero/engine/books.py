@@ -73,6 +73,7 @@ class Books:
         self._check()
         self._by_id = {b.id: b for b in self.current}
         self._requested: Groups | None = None  # to form once no round is open or applying
+        self._groups: tuple | None = None  # (the books they are of, their groups)
 
     def __iter__(self) -> Iterator[Book]:
         return iter(self.current)
@@ -83,8 +84,14 @@ class Books:
 
     @property
     def groups(self) -> Groups:
-        """The current books' workers, as sorted tuples (grouped sync: the groups)."""
-        return normalize_groups([b.workers for b in self.current])
+        """The current books' workers, as sorted tuples (grouped sync: the groups). Kept
+        until the books are re-formed (:meth:`consider` asks after every applied round, and
+        with one book per worker a round is a task)."""
+        kept = self._groups
+        if kept is None or kept[0] is not self.current:
+            kept = self._groups = (self.current,
+                                   normalize_groups([b.workers for b in self.current]))
+        return kept[1]
 
     @property
     def requested(self) -> bool:

@@ -140,15 +140,15 @@ class RoundCycle:
         """Hands queued steps to live workers with room; returns how many queued steps it
         waits for (1: it ran out of them; ``math.inf``: every worker is full or gated, so
         only an event frees one; 0: a round task is next, a switch)."""
+        # The clocks count finished tasks, and no task finishes inside a pump (a dispatch
+        # calls no engine method): the gate's answer holds for the whole pump.
+        refused = self._refused(self.clocks)
         # Up to the depth, one task per worker per pass: the least advanced workers first.
         for _ in range(self._async_depth):
             for w in sorted(self._live, key=lambda w: self.clocks[w]):
                 if not self._pending or self._pending[0].kind != "step":
                     return 0 if self._pending else 1
-                if len(self.running(w)) >= self._async_depth:
-                    continue
-                if not self._gate_free and not self.gate.may_start(
-                        w, {v: self.clocks[v] for v in self._live}):
+                if len(self.running(w)) >= self._async_depth or w in refused:
                     continue
                 self.dispatch(self._take_pending(), w, None)
         return math.inf if self._pending else 1
@@ -161,10 +161,19 @@ class RoundCycle:
         slowest one's finish releases would otherwise read the model before that task's
         update landed, one update staler than SSP allows (measured in the simulator: mean
         staleness 2.25 instead of 1.44 at ``staleness=3``, and twice the time to target)."""
+        return self._refused(self.visible)
+
+    def _refused(self, counts) -> set:
+        """Live workers the gate refuses, given each worker's count in ``counts``: empty
+        without a gate (O(1)); one call of the gate's optional ``refused(clocks)`` when it has
+        one (SSP's bound finds the slowest worker once: O(N)); else ``may_start`` per worker."""
         if self._gate_free:
             return set()
-        live_clocks = {v: self.visible[v] for v in self._live}
-        return {w for w in self._live if not self.gate.may_start(w, live_clocks)}
+        clocks = {v: counts[v] for v in self._live}
+        batch = getattr(self.gate, "refused", None)
+        if batch is not None:
+            return set(batch(clocks))
+        return {w for w in self._live if not self.gate.may_start(w, clocks)}
 
     def _pump_book(self, book: Book, gated: set) -> float:
         """Opens ``book``'s next round if it may; returns how many queued round tasks it

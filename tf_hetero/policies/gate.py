@@ -34,5 +34,17 @@ class StalenessBound:
     def may_start(self, worker, clocks) -> bool:
         return clocks[worker] - min(clocks.values()) <= self.staleness
 
+    def refused(self, clocks) -> set:
+        """Every worker :meth:`may_start` refuses, the slowest found once (the engine asks
+        this over all live workers: per worker, O(N^2)).
+
+        >>> sorted(StalenessBound(1).refused({0: 5, 1: 3, 2: 4}))
+        [0]
+        """
+        if not clocks:
+            return set()
+        bound = min(clocks.values()) + self.staleness
+        return {w for w, c in clocks.items() if c > bound}
+
     def __repr__(self):
         return f"StalenessBound({self.staleness})"

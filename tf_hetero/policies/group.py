@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from tf_hetero.engine.api import GroupContext, Groups, normalize_groups
 from tf_hetero.policies.estimate import DEFAULT_ALPHA, smoothed_time, unit_histories
 
@@ -112,32 +114,38 @@ class SpeedGroups(_Figures):
         >>> SpeedGroups.idle_fraction({0: 1.0, 1: 4.0}, ((0, 1),))
         0.375
         """
-        idle = sum(1.0 - times[w] / max(times[v] for v in g) for g in groups for w in g)
+        slowest = [max(times[v] for v in g) for g in groups]  # once per group: O(N)
+        idle = sum(1.0 - times[w] / top for g, top in zip(groups, slowest) for w in g)
         return idle / sum(len(g) for g in groups)
 
     def split(self, times: Mapping[int, float]) -> Groups:
-        """The optimal split of the workers into ``k`` groups by log task time."""
+        """The optimal split of the workers into ``k`` groups by log task time.
+
+        Dynamic programming over the sorted log times, each candidate group's squared error
+        from prefix sums (O(1) each, in extended precision: the sums' rounding stays far
+        under the 1e-12 by which one split must beat another), the candidates for a group's
+        last member compared at once: O(k N) vector steps (recomputing each candidate's
+        error was O(k N^3) Python steps, 1.4 s a split at 256 workers). Among splits within
+        1e-12 of the best, the earliest cut (workers of one speed stay in the earlier group)."""
         order = sorted(times, key=lambda w: (times[w], w))
-        x = [math.log(times[w]) for w in order]
-        n, k = len(x), min(self.k, len(x))
-
-        def sse(i, j):  # cost of x[i:j] as one group
-            seg = x[i:j]
-            m = sum(seg) / len(seg)
-            return sum((v - m) ** 2 for v in seg)
-
-        best = [[math.inf] * (n + 1) for _ in range(k + 1)]
-        cut = [[0] * (n + 1) for _ in range(k + 1)]
-        best[0][0] = 0.0
+        n, k = len(order), min(self.k, len(order))
+        x = np.log(np.array([times[w] for w in order], dtype=np.longdouble))
+        x -= x[n // 2]  # centred: smaller sums, smaller rounding
+        s1 = np.concatenate(([0], np.cumsum(x)))
+        s2 = np.concatenate(([0], np.cumsum(x * x)))
+        best = np.full((k + 1, n + 1), np.inf, dtype=np.longdouble)
+        best[0, 0] = 0
+        cut = np.zeros((k + 1, n + 1), dtype=int)
         for g in range(1, k + 1):
             for j in range(g, n + 1):
-                for i in range(g - 1, j):
-                    c = best[g - 1][i] + sse(i, j)
-                    if c < best[g][j] - 1e-12:
-                        best[g][j], cut[g][j] = c, i
+                i = np.arange(g - 1, j)  # the group is order[i:j]
+                sse = (s2[j] - s2[i]) - (s1[j] - s1[i]) ** 2 / (j - i)
+                c = best[g - 1, g - 1:j] + sse
+                pick = int(np.argmax(c <= c.min() + 1e-12))
+                best[g, j], cut[g, j] = c[pick], g - 1 + pick
         groups, j = [], n
         for g in range(k, 0, -1):
-            i = cut[g][j]
+            i = cut[g, j]
             groups.append(order[i:j])
             j = i
         return normalize_groups(groups)
