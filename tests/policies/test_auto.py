@@ -34,6 +34,10 @@ class _Engine:
     def __init__(self, monitor, n):
         self.monitor, self.live_workers, self.num_workers, self.version = monitor, list(range(n)), n, 0
 
+    @property
+    def num_live(self):
+        return len(self.live_workers)
+
 
 def _controller(unit_times, **settings):
     c = AutoController(AutoConfig(**{"window": 4, "async_tuned": False, "start": "async",

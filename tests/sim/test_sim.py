@@ -341,6 +341,35 @@ def test_a_rounds_count_of_tasks_in_is_not_made_again_at_each_question(monkeypat
     assert len(looked) <= r["tasks"], len(looked)
 
 
+def test_autos_cut_off_looks_through_a_round_only_when_the_task_holding_it_lets_go(monkeypatch):
+    # Past its cut-off time auto's round asks at every tick and every task's end whether
+    # every task still out is late: each look went through the round's tasks (O(N^2) a
+    # round). The task found holding the round, the one expected to end last, is kept; while
+    # it holds, so does the round. The same run with the holder forgotten at each look:
+    from tf_hetero.policies import auto
+
+    looked, cut = [], []
+    holds, should_close = auto._holds, auto.AutoController.should_close  # pylint: disable=protected-access
+    monkeypatch.setattr(auto, "_holds", lambda t, *a: looked.append(t) or holds(t, *a))
+
+    def closing(self, rnd, now):
+        out = should_close(self, rnd, now)
+        cut.append(out and not rnd.all_done)
+        return out
+
+    monkeypatch.setattr(auto.AutoController, "should_close", closing)
+    cfg = small_cfg(workers=32, profile="straggle=0.2x5;seed=3", tasks=640, steps_per_epoch=320)
+    kept = simulate_run("auto", cfg, costs_module.load())
+    n_kept, n_cut = len(looked), sum(cut)
+    looked.clear()
+    monkeypatch.setattr(auto.AutoController, "_holder",
+                        property(lambda self: None, lambda self, value: None), raising=False)
+    forgotten = simulate_run("auto", cfg, costs_module.load())
+    assert kept["timeline"] == forgotten["timeline"]
+    assert n_cut > 0  # rounds closed at the cut-off, with tasks out
+    assert n_kept * 3 < len(looked), (n_kept, len(looked), n_cut)  # 1486 and 7793
+
+
 @pytest.mark.parametrize("strategy", registry.names())
 def test_the_kept_count_of_tasks_in_is_the_count_whenever_it_is_asked(strategy, monkeypatch):
     # Transient stragglers: EPSP transfers tasks (twins), backup workers and slack sync

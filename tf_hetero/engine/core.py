@@ -417,6 +417,12 @@ class RoundEngine(Faults, RoundCycle):
         with self._lock:
             return sorted(self._live)
 
+    @property
+    def num_live(self) -> int:
+        """How many workers are live (O(1); :attr:`live_workers` sorts them)."""
+        with self._lock:
+            return len(self._live)
+
     def idle_workers(self) -> list[int]:
         """Live workers running nothing (e.g. where a round's apply will not queue)."""
         with self._lock:

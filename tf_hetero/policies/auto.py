@@ -40,7 +40,7 @@ and the measurements behind every default):
 ...     noise, rounds, tasks = None, [], []
 ...     def unit_times(self, w, last=None): return [0.01 * (1 + 3 * w)] * 4
 >>> class Engine:
-...     monitor, live_workers, num_workers, version = M(), [0, 1], 2, 8
+...     monitor, live_workers, num_live, num_workers, version = M(), [0, 1], 2, 2, 8
 >>> c.attach(Engine())
 >>> c.mode, c.after_event(None), c.mode
 ('async', None, 'rounds')
@@ -81,6 +81,7 @@ class AutoController(BalancedBatches, Component):
         self._start: str | None = None  # the starting decision, said at the first event
         self._seen = None  # what was measured at the last decision (after_event)
         self._shortest = None  # (round, its smallest projected task time): should_close
+        self._holder = None  # (round, the task that held it at should_close's last look)
         self._sized = (None, 0, [])  # (monitor, rounds scanned, sized rounds): _sized_rounds
         self.gain_now = 1.0
         #: ``1 + tau`` (``async_tuned``): the one-batch rate's correction for fresh steps.
@@ -166,16 +167,30 @@ class AutoController(BalancedBatches, Component):
             self._shortest = (rnd, min(known) if known else rnd.expected_s)
         if now < rnd.t_open + cutoff * self._shortest[1]:
             return False
+        # The task that held the round at the last look, the one expected to end last: while
+        # it still holds it, so does the round (O(1); a look through every task at every tick
+        # and event was O(N^2) a round, ~0.6 ms of the chief's Python per task at 1000
+        # workers).
+        held = self._holder
+        if (held is not None and held[0] is rnd and held[1].round == rnd.id
+                and _holds(held[1], rnd, now, cutoff)):
+            return False
         units_in = units_out = 0
+        holder, holder_end = None, -math.inf
         for t in rnd.tasks:
             if t.state == "done":  # (a str enum)
                 units_in += t.size
                 continue
             units_out += t.size
-            projected = rnd.task_s.get(t.worker if t.worker is not None else t.pinned)
-            if (t.state != "running" or projected is None or not projected > 0
-                    or now - t.t_start < cutoff * projected):
-                return False  # not started, or not late yet: the round waits for it
+            if _holds(t, rnd, now, cutoff):  # not started, or not late yet: the round waits
+                projected = _projected(rnd, t)
+                end = (t.t_start + projected if t.state == "running" and projected
+                       else math.inf)  # (a task that holds the round has projected > 0)
+                if end > holder_end:
+                    holder, holder_end = t, end
+        if holder is not None:
+            self._holder = (rnd, holder)
+            return False
         return units_in >= units_out
 
     def plan(self, ctx, units: int | None = None):
@@ -256,8 +271,7 @@ class AutoController(BalancedBatches, Component):
         # something was measured since (a task or a round recorded, an update, a worker
         # joining or leaving); the decisions read nothing else. Deciding on every tick cost
         # the chief ~0.1 core on one_slow (benchmarks/results/2026-12-02-auto-suite).
-        seen = (engine.version, len(monitor.tasks), len(monitor.rounds),
-                len(engine.live_workers))
+        seen = (engine.version, len(monitor.tasks), len(monitor.rounds), engine.num_live)
         if seen == self._seen and self._start is None:
             return
         self._seen = seen
@@ -441,6 +455,21 @@ class AutoController(BalancedBatches, Component):
 
     def __repr__(self):
         return f"AutoController({self.config!r})"
+
+
+def _projected(rnd, t) -> float | None:
+    """``t``'s projected task time in its round ``rnd`` (``None``: not planned for)."""
+    return rnd.task_s.get(t.worker if t.worker is not None else t.pinned)
+
+
+def _holds(t, rnd, now: float, cutoff: float) -> bool:
+    """Does ``t``, not done, hold ``rnd`` open at ``now``: not started, not projected, or not
+    yet ``cutoff`` times its projected time late (a done task holds nothing)?"""
+    if t.state == "done":
+        return False
+    projected = _projected(rnd, t)
+    return (t.state != "running" or projected is None or not projected > 0
+            or now - t.t_start < cutoff * projected)
 
 
 def _async_staleness(tasks, last: int) -> float | None:
