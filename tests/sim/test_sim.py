@@ -370,6 +370,33 @@ def test_autos_cut_off_looks_through_a_round_only_when_the_task_holding_it_lets_
     assert n_kept * 3 < len(looked), (n_kept, len(looked), n_cut)  # 1486 and 7793
 
 
+def test_task_transfer_looks_through_a_round_only_once_its_first_started_task_may_be_due(
+        monkeypatch):
+    # EPSP asks after every event whether a running task is due for a copy: each look went
+    # through the round's tasks. While the task that started first at the last look is not
+    # due, none is. The same run with that forgotten at each look:
+    from tf_hetero.engine.transfer import TaskTransfer
+    from tf_hetero.policies.transfer import TransferAfter
+
+    asked, copies = [], []
+    should, free_lane = TransferAfter.should_transfer, TaskTransfer._free_lane  # pylint: disable=protected-access
+    monkeypatch.setattr(TransferAfter, "should_transfer",
+                        lambda self, *a: asked.append(1) or should(self, *a))
+    monkeypatch.setattr(TaskTransfer, "_free_lane",  # a lane found: a copy is made
+                        lambda self, rnd: copies.append(free_lane(self, rnd)) or copies[-1])
+    cfg = small_cfg(workers=32, profile="slow=8:4;straggle=0.1x5;seed=3", tasks=640,
+                    steps_per_epoch=320)
+    kept = simulate_run("epsp", cfg, costs_module.load())
+    n_kept = len(asked)
+    asked.clear()
+    monkeypatch.setattr(TaskTransfer, "_quiet", property(lambda self: None, lambda self, v: None),
+                        raising=False)
+    forgotten = simulate_run("epsp", cfg, costs_module.load())
+    assert kept["timeline"] == forgotten["timeline"]
+    assert any(lane is not None for lane in copies), "no task was copied"
+    assert n_kept * 3 < len(asked), (n_kept, len(asked))  # 4346 and 39058
+
+
 @pytest.mark.parametrize("strategy", registry.names())
 def test_the_kept_count_of_tasks_in_is_the_count_whenever_it_is_asked(strategy, monkeypatch):
     # Transient stragglers: EPSP transfers tasks (twins), backup workers and slack sync

@@ -224,7 +224,9 @@ class LatePolicy(Protocol):
 
 class TransferPolicy(Protocol):
     """Should a task that has run ``elapsed_s`` be copied to an idle worker, given the
-    typical task time ``typical_s`` (NaN when unknown)?"""
+    typical task time ``typical_s`` (NaN when unknown)? Monotone in ``elapsed_s``: a task
+    that is due stays due as it runs on (the engine does not ask again about tasks that
+    started after one that is not due yet)."""
 
     def should_transfer(self, elapsed_s: float, typical_s: float) -> bool: ...
 

@@ -34,6 +34,7 @@ class TaskTransfer(Component):
         self.policy = policy
         self.extra_lanes = extra_lanes
         self._typical_of = None  # (round, its typical task time), see _typical
+        self._quiet = None  # (round, typical, first start): nothing due before it is
 
     def after_event(self, book) -> None:
         engine = self.engine
@@ -42,12 +43,21 @@ class TaskTransfer(Component):
             return
         # Called after every event: the cheap reasons to do nothing come first (a 1000-worker
         # round has 1000 events; each full pass here made it cost seconds).
+        now = engine.clock()
+        typical = self._typical(rnd)
+        quiet = self._quiet
+        if (quiet is not None and quiet[0] is rnd and quiet[1] == typical
+                and not self.policy.should_transfer(now - quiet[2], typical)):
+            return  # not even the task started first at the last look is due yet
         running = [t for t in rnd.tasks if t.state == TaskState.RUNNING and t.twin is None]
         if not running:
             return
-        now = engine.clock()
-        typical = self._typical(rnd)
         if not any(self.policy.should_transfer(now - t.t_start, typical) for t in running):
+            # Due is monotone in the time run: no task is due before the one that started
+            # first (a task that starts later is due later), so the next events need not
+            # look through the round until it is (O(N^2) a round before: ~0.5 ms of the
+            # chief's Python per task at 1000 workers).
+            self._quiet = (rnd, typical, min(t.t_start for t in running))
             return
         for pioneer in [w for w in rnd.participants if engine.is_live(w) and not engine.busy(w)]:
             # A pioneer is idle: none of the running tasks is its own.
