@@ -444,6 +444,61 @@ def test_gradient_matches_finite_differences():
         assert (loss(p64 + e) - loss(p64 - e)) / 2e-3 == pytest.approx(g[i], abs=2e-4)
 
 
+def test_the_cnn1d_gradient_matches_finite_differences_and_its_logits_a_direct_convolution():
+    # The bench's cnn1d on MNIST-1D-shaped signals: TF's "same" padding at stride 2 (1 before,
+    # 2 after for kernel 5), Keras's Flatten order, the kernels in Keras's (kernel, in, out).
+    from tf_hetero.sim.nets import CNN1D
+
+    rng = np.random.default_rng(0)
+    net = CNN1D((40, 1), 10, rng)
+    x, y = rng.normal(size=(6, 40, 1)), rng.integers(0, 10, 6)
+    p64 = net.init.astype(np.float64)
+
+    def direct(p):  # each output position summed tap by tap, no patches
+        layers, h = net.layers(p), x
+        for w, b in zip(layers[0:6:2], layers[1:6:2]):
+            padded = np.pad(h, ((0, 0), (1, 2), (0, 0)))
+            out = (h.shape[1] + 1) // 2
+            h = np.maximum(np.stack([sum(padded[:, 2 * o + j] @ w[j] for j in range(5))
+                                     for o in range(out)], axis=1) + b, 0)
+        return h.reshape(len(x), -1) @ layers[6] + layers[7]
+
+    assert np.allclose(net.logits(p64, x), direct(p64))
+    loss, g = net.loss_grad(p64, x, y)
+    for i in rng.choice(net.size, 12, replace=False):
+        e = np.zeros_like(p64)
+        e[i] = 1e-5
+        numeric = (net.loss_grad(p64 + e, x, y)[0] - net.loss_grad(p64 - e, x, y)[0]) / 2e-5
+        assert numeric == pytest.approx(g[i], abs=1e-5, rel=1e-4), i
+
+
+def test_the_cnn1d_exact_noise_is_the_per_example_gradients_spread():
+    from tf_hetero.sim.nets import CNN1D
+
+    rng = np.random.default_rng(1)
+    net = CNN1D((40, 1), 10, rng)
+    x, y = rng.normal(size=(7, 40, 1)), rng.integers(0, 10, 7)
+    per = np.stack([net.loss_grad(net.init.astype(np.float64), x[k:k + 1], y[k:k + 1])[1]
+                    for k in range(7)]).astype(np.float64)
+    trace, signal = net.exact_noise(net.init.astype(np.float64), x, y, chunk=3)
+    mean = per.mean(axis=0)
+    assert signal == pytest.approx(float(mean @ mean), rel=1e-4)
+    assert trace == pytest.approx(float(np.mean(np.sum(per * per, axis=1))) - signal, rel=1e-4)
+
+
+@pytest.mark.slow  # MNIST-1D is generated, ~4 s a process
+def test_the_learner_trains_the_cnn1d_on_mnist1d_and_refuses_a_model_it_does_not_have():
+    m = Learner(num_workers=2, batch_size=32, lr=0.1, seed=0, dataset="mnist1d",
+                per_worker="reshuffle")
+    assert m.params.size == 7710 and m.param_bytes == 30840  # the bench's cnn1d
+    before = m.accuracy()
+    for _ in range(150):
+        m.apply_async(m.gradient(m.params, worker=0, rows=32))
+    assert m.accuracy() > before + 0.15
+    with pytest.raises(ValueError, match=r"no 'cnn' on 'digits'.*Fix: one of those"):
+        Learner(num_workers=2, batch_size=32, lr=0.1, model="cnn")
+
+
 def test_a_bsp_round_applies_one_step_on_the_mean_gradient_of_what_was_read():
     sim = Simulation("bsp", small_cfg(tasks=4, steps_per_epoch=4, momentum=0.0), CostModel(),
                      learn=True)

@@ -12,10 +12,12 @@ weighted mean ``sum(w * acc) / sum(w * count)`` over the lanes and folds the eng
 counting a lane only if its tag is the round expected. The optimizer is SGD with momentum
 (tf_keras' rule: ``v = m v - lr g; x += v``). Quantized pushes are applied unquantized.
 
-The model is the bench's ``mlp`` (ReLU layers 128 and 64, Glorot-uniform weights, zero
-biases) on the offline digits (:func:`tf_hetero.data.load`); worker ``w`` reads examples
-``w, w + N, ...`` (TF's ``shard``), reshuffled each pass, sampled with replacement when its
-shard is smaller than a batch (a cluster larger than the data set).
+The model is one of the bench's (:mod:`tf_hetero.sim.nets`): ``mlp`` (ReLU layers 128 and
+64) on the offline digits, or ``cnn1d`` (three strided 1-D convolutions) on MNIST-1D (both
+offline, :func:`tf_hetero.data.load`); Glorot-uniform weights, zero biases. Worker ``w``
+reads examples ``w, w + N, ...`` (TF's ``shard``; ``per_worker="reshuffle"``, the bench's
+default: all of them), reshuffled each pass, sampled with replacement when its shard is
+smaller than a batch (a cluster larger than the data set).
 
 >>> m = Learner(num_workers=2, batch_size=32, lr=0.1, seed=0)
 >>> before = m.accuracy()
@@ -41,32 +43,34 @@ class Learner:
     the learning rate, or a function of the update count (a warm-up)."""
 
     def __init__(self, num_workers: int, batch_size: int, lr, momentum: float = 0.9,
-                 hidden=(128, 64), seed: int = 0, dataset: str = "digits"):
+                 hidden=(128, 64), seed: int = 0, dataset: str = "digits",
+                 model: str | None = None, per_worker: str = "shard"):
         from tf_hetero import data
+        from tf_hetero.sim import nets
 
-        if dataset != "digits":
-            raise ValueError(f"the simulator's statistical model trains on 'digits' only; "
-                             f"received dataset={dataset!r}. Fix: --dataset digits, or run "
-                             "without --learn (throughput only).")
-        train, test = data.load("digits", "train"), data.load("digits", "test")
-        self.x = train.x.reshape(len(train.y), -1).astype(np.float32)
+        model = model or ("cnn1d" if dataset == "mnist1d" else "mlp")
+        nets.check(model, dataset)
+        if per_worker not in ("shard", "reshuffle"):
+            raise ValueError(f"per_worker={per_worker!r}: use 'shard' or 'reshuffle'.")
+        train, test = data.load(dataset, "train"), data.load(dataset, "test")
+        classes = int(train.y.max()) + 1
+        self.net = nets.build(model, dataset, train.x.shape[1:], classes,
+                              np.random.default_rng(seed),
+                              **({"hidden": hidden} if model == "mlp" else {}))
+        self.x = self.net.inputs(train.x.astype(np.float32))
         self.y = train.y
-        self.x_test = test.x.reshape(len(test.y), -1).astype(np.float32)
+        self.x_test = self.net.inputs(test.x.astype(np.float32))
         self.y_test = test.y
-        sizes = [self.x.shape[1], *hidden, int(self.y.max()) + 1]
-        rng = np.random.default_rng(seed)
-        self.shapes = []
-        parts = []
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-            limit = np.sqrt(6.0 / (a + b))  # Glorot uniform, as models.mlp
-            parts += [rng.uniform(-limit, limit, (a, b)), np.zeros(b)]
-            self.shapes += [(a, b), (b,)]
-        self.params = np.concatenate([p.ravel() for p in parts]).astype(np.float32)
+        self.shapes = self.net.shapes
+        self.params = self.net.init
         self.velocity = np.zeros_like(self.params)
         self.lr, self.momentum, self.batch_size = lr, momentum, batch_size
         self.num_workers = num_workers
         self._rng = np.random.default_rng(seed + 1)
-        self._shards = [np.arange(w, len(self.y), num_workers) for w in range(num_workers)]
+        # TF's shard (worker w reads w, w + N, ...), or the bench's default: every worker all
+        # of it, in its own order (tf_hetero.data.dataset_fn's per_worker).
+        self._shards = [np.arange(w, len(self.y), num_workers) if per_worker == "shard"
+                        else np.arange(len(self.y)) for w in range(num_workers)]
         self._order = [np.empty(0, np.int64) for _ in range(num_workers)]
         self.acc: dict = {}  # (lane, slot) -> [round tag, gradient sum, count]
         self.buffer: dict = {}  # worker -> [gradient sum, count] (H-PS local buffers)
@@ -94,14 +98,9 @@ class Learner:
 
     # ------------------------------------------------------------------- the model
     def layers(self, params) -> list:
-        """``params`` (a flat vector, e.g. :attr:`params`) as the model's weight matrices and
-        bias vectors, in order: ``[w1, b1, w2, b2, ...]`` (views, not copies)."""
-        out, i = [], 0
-        for shape in self.shapes:
-            n = int(np.prod(shape))
-            out.append(params[i:i + n].reshape(shape))
-            i += n
-        return out
+        """``params`` (a flat vector, e.g. :attr:`params`) as the model's kernels and bias
+        vectors, in order: ``[w1, b1, w2, b2, ...]`` (views, not copies)."""
+        return self.net.layers(params)
 
     def _batch(self, worker: int, rows: int):
         shard = self._shards[worker]
@@ -118,53 +117,18 @@ class Learner:
         """Mean cross-entropy gradient of a batch of ``rows`` of ``worker``'s shard at
         ``params`` (what the step read); its mean loss is left in :attr:`batch_loss`."""
         x, y = self._batch(worker, int(rows))
-        layers = self.layers(params)
-        acts = [x]
-        for i in range(0, len(layers) - 2, 2):
-            acts.append(np.maximum(acts[-1] @ layers[i] + layers[i + 1], 0.0))
-        logits = acts[-1] @ layers[-2] + layers[-1]
-        p = np.exp(logits - logits.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        self.batch_loss = float(-np.mean(np.log(np.maximum(p[np.arange(len(y)), y], 1e-30))))
-        p[np.arange(len(y)), y] -= 1.0
-        delta = p / len(y)
-        grads = []
-        for i in range(len(layers) - 2, -1, -2):
-            grads += [delta.sum(axis=0), acts[i // 2].T @ delta]
-            if i:
-                delta = (delta @ layers[i].T) * (acts[i // 2] > 0)
-        return np.concatenate([g.ravel() for g in reversed(grads)]).astype(np.float32)
+        self.batch_loss, g = self.net.loss_grad(params, x, y)
+        return g
 
     def exact_noise(self, params=None) -> tuple[float, float]:
         """``(tr(S), |G|^2)`` at ``params`` (default :attr:`params`) over the whole training
         set: the trace of one sample's gradient covariance and the squared norm of the
-        full-data gradient, computed exactly (each sample's squared gradient norm is the
-        sum over layers of ``|input|^2 |delta|^2 + |delta|^2``; no gradient is stored per
-        sample). What :class:`~tf_hetero.policies.noise.GradientNoise` estimates."""
-        layers = self.layers(self.params if params is None else params)
-        acts = [self.x]
-        for i in range(0, len(layers) - 2, 2):
-            acts.append(np.maximum(acts[-1] @ layers[i] + layers[i + 1], 0.0))
-        logits = acts[-1] @ layers[-2] + layers[-1]
-        p = np.exp(logits - logits.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        p[np.arange(len(self.y)), self.y] -= 1.0
-        delta, per_sample, mean = p, np.zeros(len(self.y)), []
-        for i in range(len(layers) - 2, -1, -2):
-            a = acts[i // 2]
-            per_sample += (np.sum(a * a, axis=1) + 1.0) * np.sum(delta * delta, axis=1)
-            mean += [delta.mean(axis=0), a.T @ delta / len(self.y)]
-            if i:
-                delta = (delta @ layers[i].T) * (acts[i // 2] > 0)
-        signal = float(sum(np.sum(m * m) for m in mean))
-        return float(per_sample.mean()) - signal, signal
+        full-data gradient, computed exactly. What
+        :class:`~tf_hetero.policies.noise.GradientNoise` estimates."""
+        return self.net.exact_noise(self.params if params is None else params, self.x, self.y)
 
     def accuracy(self) -> float:
-        layers = self.layers(self.params)
-        h = self.x_test
-        for i in range(0, len(layers) - 2, 2):
-            h = np.maximum(h @ layers[i] + layers[i + 1], 0.0)
-        logits = h @ layers[-2] + layers[-1]
+        logits = self.net.logits(self.params, self.x_test)
         return float(np.mean(np.argmax(logits, axis=1) == self.y_test))
 
     def _step(self, g: np.ndarray, lr: float) -> None:

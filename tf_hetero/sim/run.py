@@ -77,7 +77,9 @@ class Simulation:
             from tf_hetero.sim.learner import Learner
 
             self.learner = Learner(n, cfg.batch_size, self._schedule(), cfg.momentum,
-                                   seed=cfg.seed, dataset=getattr(cfg, "dataset", "digits"))
+                                   seed=cfg.seed, dataset=getattr(cfg, "dataset", "digits"),
+                                   model=getattr(cfg, "model", None),
+                                   per_worker=getattr(cfg, "data_per_worker", "shard"))
             self.learner.watch(self.loop, cfg.eval_interval_s)
         self.dispatcher = SimDispatcher(
             self.loop, costs, self.profile, n, cfg.ps, batch_size=cfg.batch_size,

@@ -47,6 +47,10 @@ def add_arguments(p) -> None:
     p.add_argument("--tasks", type=int, default=400, help="sample budget in micro-batches")
     p.add_argument("--steps-per-epoch", type=int, default=100)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--model", default="mlp",
+                   help="the statistical model's network: mlp (on digits or mnist1d) or "
+                        "cnn1d (on mnist1d), as the bench's --model")
+    p.add_argument("--dataset", default="digits", help="digits or mnist1d (both offline)")
     p.add_argument("--steps-per-execution", type=int, default=1)
     p.add_argument("--base-lr", type=float, default=0.02)
     p.add_argument("--momentum", type=float, default=0.9)
@@ -102,6 +106,7 @@ def _config(args, workers: int, profile):
         spe = tasks // 4 if args.rounds % 4 == 0 else tasks
     return BenchConfig(strategies=tuple(args.strategies.split(",")), workers=workers,
                        ps=args.ps, profile=profile, tasks=tasks, steps_per_epoch=spe,
+                       model=args.model, dataset=args.dataset,
                        batch_size=args.batch_size, steps_per_execution=args.steps_per_execution,
                        base_lr=args.base_lr, momentum=args.momentum,
                        target_accuracy=args.target_accuracy, warmup_updates=args.warmup_updates,
