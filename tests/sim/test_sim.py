@@ -499,6 +499,16 @@ def test_the_learner_trains_the_cnn1d_on_mnist1d_and_refuses_a_model_it_does_not
         Learner(num_workers=2, batch_size=32, lr=0.1, model="cnn")
 
 
+def test_a_diverging_simulated_run_says_so_in_its_accuracy_not_in_numpy_warnings():
+    import warnings
+
+    cfg = small_cfg(workers=4, profile="slow=1:4", tasks=120, steps_per_epoch=40, base_lr=50.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an overflow warning would fail the run here
+        r = simulate_run("bsp", cfg, costs_module.load(), learn=True, stop_on_divergence=False)
+    assert r["final_accuracy"] < 0.2  # it diverged (chance: 0.1)
+
+
 def test_a_bsp_round_applies_one_step_on_the_mean_gradient_of_what_was_read():
     sim = Simulation("bsp", small_cfg(tasks=4, steps_per_epoch=4, momentum=0.0), CostModel(),
                      learn=True)

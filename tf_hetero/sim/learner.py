@@ -29,6 +29,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -36,6 +37,17 @@ import numpy as np
 from tf_hetero.policies.noise import GradientSample
 
 __all__ = ["Learner"]
+
+
+def _diverging_quietly(method):
+    """Runs ``method`` without numpy's overflow warnings: a diverging run (a sweep does not
+    stop one) overflows to inf and NaN, which its accuracy and the engine's divergence guard
+    report; a warning per overflowing array would only repeat it in the output."""
+    @functools.wraps(method)
+    def quiet(*args, **kwargs):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return method(*args, **kwargs)
+    return quiet
 
 
 class Learner:
@@ -113,6 +125,7 @@ class Learner:
             idx, self._order[worker] = order[:rows], order[rows:]
         return self.x[idx], self.y[idx]
 
+    @_diverging_quietly
     def gradient(self, params, worker: int, rows: int) -> np.ndarray:
         """Mean cross-entropy gradient of a batch of ``rows`` of ``worker``'s shard at
         ``params`` (what the step read); its mean loss is left in :attr:`batch_loss`."""
@@ -127,6 +140,7 @@ class Learner:
         :class:`~tf_hetero.policies.noise.GradientNoise` estimates."""
         return self.net.exact_noise(self.params if params is None else params, self.x, self.y)
 
+    @_diverging_quietly
     def accuracy(self) -> float:
         logits = self.net.logits(self.params, self.x_test)
         return float(np.mean(np.argmax(logits, axis=1) == self.y_test))
@@ -140,6 +154,7 @@ class Learner:
         self.updates += 1
 
     # ------------------------------------------------------------ gradient paths
+    @_diverging_quietly
     def apply_async(self, g: np.ndarray) -> None:
         """An async step applies its own gradient at its end (stock PSS, ASP, SSP)."""
         self._step(g, self.lr)
@@ -166,6 +181,7 @@ class Learner:
         """Empties ``worker``'s buffer (a push): ``(gradient sum, count)`` or ``None``."""
         return self.buffer.pop(worker, None)
 
+    @_diverging_quietly
     def apply_round(self, round_id: int, slot: int, lanes, folds,
                     scale: float = 1.0, max_norm: float = 0.0, velocity: float = 1.0
                     ) -> tuple[int, float, GradientSample]:

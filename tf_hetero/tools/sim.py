@@ -162,6 +162,6 @@ def _sweep(args, cfg, costs, workers, slow_factors, learn: bool) -> int:
             else "a quarter of the workers 4x slower")
     launch = "" if args.launch == "closures" else "; round strategies launched as tokens"
     sweep.plot(points, stem + ".png", x=x, title=f"Simulated: {what} ({args.rounds} rounds of "
-               f"N x {cfg.batch_size} samples, digits MLP{launch})")
+               f"N x {cfg.batch_size} samples, {cfg.model} on {cfg.dataset}{launch})")
     print(f"[tf-hetero sim] wrote {stem}.json and .png", flush=True)
     return 0
