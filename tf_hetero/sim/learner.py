@@ -73,7 +73,6 @@ class Learner:
         self.y = train.y
         self.x_test = self.net.inputs(test.x.astype(np.float32))
         self.y_test = test.y
-        self.shapes = self.net.shapes
         self.params = self.net.init
         self.velocity = np.zeros_like(self.params)
         self.lr, self.momentum, self.batch_size = lr, momentum, batch_size
