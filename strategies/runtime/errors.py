@@ -71,9 +71,10 @@ def fail_fit(coordinator, error: BaseException) -> None:
     """Fails the running fit with ``error``: through the engine if the strategy has one,
     else (ASP) as the closure queue's error, as a failing closure would; the next
     ``schedule``, ``join`` or ``done`` raises it and cancels what is queued. Never both:
-    each would raise it, once per fit."""
-    if coordinator.engine is not None:
-        coordinator.engine.fail(error)
+    each would raise it, once per fit. (A stock coordinator has no engine: its queue.)"""
+    engine = getattr(coordinator, "engine", None)
+    if engine is not None:
+        engine.fail(error)
         return
     tfcompat.coordinator.queue_of(coordinator).fail(error)
 

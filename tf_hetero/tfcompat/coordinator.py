@@ -29,7 +29,8 @@ __all__ = ["ClusterCoordinator", "Closure", "PerWorkerValues", "ClosureQueue", "
            "stop_cluster", "hook_worker", "execute_holding", "time_closures",
            "set_first_arg", "output_built", "call_flat", "FlatCaller",
            "remote_value_ready", "remote_values", "fetched_tensors", "set_remote_value",
-           "wrap_remote_wait", "result_left_on_worker", "copy_to_chief", "being_scheduled"]
+           "wrap_remote_wait", "result_left_on_worker", "copy_to_chief", "being_scheduled",
+           "own_executor"]
 
 #: The public classes, re-exported so that callers import nothing from ``tensorflow.python``.
 ClusterCoordinator = cc.ClusterCoordinator
@@ -515,3 +516,22 @@ def being_scheduled(strategy) -> Iterator[None]:
         yield
     finally:
         strategy.extended._being_scheduled = False
+
+
+@contextlib.contextmanager
+def own_executor() -> Iterator[None]:
+    """Runs the calling thread's eager ops inside on an executor of their own (a synchronous
+    one, as TF gives each worker thread: ``executor.new_executor``, ``context.executor_scope``).
+
+    Why: a worker thread leaves ``Closure.execute_on``'s ``executor_scope`` by dropping a
+    wrapper of the executor it had before, the context's default one, and the wrapper's
+    ``__del__`` waits for every pending node of that executor. So while any thread of the
+    chief blocks in an eager op on the default executor (a queue's dequeue, a long apply), no
+    closure can end: measured, a closure of a constant did not end in 10 s while another
+    thread waited in a dequeue, and ended at once with that dequeue on its own executor
+    (docs/TF_INTERNALS.md, "A closure cannot end while the chief blocks in an eager op")."""
+    from tensorflow.python.eager import context, executor
+
+    with context.executor_scope(executor.new_executor(enable_async=False)):
+        yield
+
