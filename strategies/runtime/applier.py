@@ -22,7 +22,6 @@ import threading
 import time
 import weakref
 
-from tf_hetero import tfcompat
 from tf_hetero.policies.noise import GradientSample
 from tf_hetero.strategies.runtime.errors import translate
 
@@ -81,13 +80,6 @@ class ChiefApplier:
 
 
 def _loop(ref, work, timings, running) -> None:
-    # Applies on an executor of the thread's own: on the default one, a closure that ends
-    # while an apply runs waits for it (tfcompat.coordinator.own_executor).
-    with tfcompat.coordinator.own_executor():
-        _loop_body(ref, work, timings, running)
-
-
-def _loop_body(ref, work, timings, running) -> None:
     while True:
         try:
             item = work.get(timeout=POLL_S)
