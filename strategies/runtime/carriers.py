@@ -122,7 +122,8 @@ class Carriers:
         self._lock = threading.Lock()
         self._error: CarrierError | None = None
         self._stopping = False
-        self._deadline: tuple[float, str] | None = None  # (monotonic bound, what waits)
+        #: The collect under way: (monotonic bound, count, its timeout, the lanes it waits on).
+        self._deadline: tuple | None = None
         self._guard: threading.Thread | None = None
 
     # ------------------------------------------------------------------ public API
@@ -175,7 +176,8 @@ class Carriers:
         if busy.size:
             raise ValueError(f"Carriers.release: lanes {busy.tolist()} still hold a token: "
                              "collect their done records before releasing them again.")
-        self._release_for(tuple(lanes.tolist()))(tf.constant(values))
+        order = np.argsort(lanes)  # one trace per set of lanes, whatever their order
+        self._release_for(tuple(lanes[order].tolist()))(tf.constant(values[order]))
         self._out[lanes] += 1
 
     def collect(self, count: int, timeout_s: float) -> DoneRecords:
@@ -185,11 +187,9 @@ class Carriers:
         if not 0 < count <= out:
             raise ValueError(f"Carriers.collect({count}): {out} token(s) are out; collect "
                              "between 1 and that many.")
-        waiting = np.flatnonzero(self._out).tolist()
-        with self._lock:
-            self._deadline = (time.monotonic() + timeout_s,
-                              f"{count} done record(s) of lanes {waiting} (workers "
-                              f"{[self.workers[i] for i in waiting]}) within {timeout_s:g} s")
+        with self._lock:  # the guard words it only if the bound passes (O(N) to word)
+            self._deadline = (time.monotonic() + timeout_s, count, timeout_s,
+                              np.flatnonzero(self._out))
         try:
             # On an executor of its own: a dequeue blocking on the default one keeps every
             # closure from ending, the carriers' own (tfcompat.coordinator.own_executor).
@@ -219,10 +219,9 @@ class Carriers:
         running = self.wait_ended(timeout_s)
         if running:
             self.abort(CarrierError(
-                f"Carriers.stop: the carriers of lanes {running} (workers "
-                f"{[self.workers[i] for i in running]}) did not end within {timeout_s:g} s of "
-                "their stop token: a step is still running. Fix: give the step a bound of its "
-                "own, or a longer timeout."))
+                f"Carriers.stop: the carriers of {self._lanes_text(running)} did not end "
+                f"within {timeout_s:g} s of their stop token: a step is still running. Fix: "
+                "give the step a bound of its own, or a longer timeout."))
             raise self._error
         self._out[:] = 0
         return np.array([int(r.fetch()) for r in self._results], np.int64)
@@ -236,9 +235,10 @@ class Carriers:
                     max(0.0, bound - time.monotonic()))]
 
     def abort(self, error: CarrierError) -> None:
-        """Stops the carriers with ``error`` (kept, and the fit's error: the coordinator's
-        next ``schedule`` or ``join`` raises it, :func:`~.errors.fail_fit`): closes every queue, which ends each blocked
-        dequeue with an error, the chief's collect and each carrier's wait for a token."""
+        """Stops the carriers with ``error``, kept and made the fit's error (the coordinator's
+        next ``schedule`` or ``join`` raises it: :func:`~.errors.fail_fit`), and closes every
+        queue, which ends each blocked dequeue with an error: the chief's collect and each
+        carrier's wait for a token."""
         with self._lock:
             if self._error is not None:
                 return
@@ -263,6 +263,13 @@ class Carriers:
             raise self._error
         if self._stopping:
             raise ValueError("Carriers: stop() was called; start new carriers.")
+
+    def _lanes_text(self, lanes, shown: int = 8) -> str:
+        """``"lanes [0, 1] (workers [4, 5])"``, the first ``shown`` of many and their count."""
+        lanes = [int(lane) for lane in lanes]
+        more = f" and {len(lanes) - shown} more" if len(lanes) > shown else ""
+        return (f"lanes {lanes[:shown]}{more} (workers "
+                f"{[self.workers[i] for i in lanes[:shown]]}{more})")
 
     def _release_for(self, lanes: tuple):
         """The function enqueueing one token to each of ``lanes`` (traced once per set of
@@ -317,9 +324,11 @@ class Carriers:
         with self._lock:
             deadline = self._deadline
         if deadline is not None and time.monotonic() > deadline[0]:
+            _, count, timeout_s, lanes = deadline
             self.abort(CarrierError(
-                f"Carriers.collect: no {deadline[1]}. Fix: check that those workers run; "
-                "raise the bound for very long steps."))
+                f"Carriers.collect: no {count} done record(s) of {self._lanes_text(lanes)} "
+                f"within {timeout_s:g} s. Fix: check that those workers run; raise the bound "
+                "for very long steps."))
             return False
         ended = []  # (lane, why, cancelled) of each carrier that ended
         for lane, result in enumerate(self._results):
