@@ -29,14 +29,20 @@ def cluster(tmp_path_factory):
 
 def test_every_server_is_forked_from_the_clusters_fork_server(cluster):
     """Without the fork server each server is a child of this process (``tf-hetero launch``,
-    importing TensorFlow itself)."""
+    importing TensorFlow itself). Each server's log says it serves: the line comes once
+    ``tf.distribute.Server`` returned, after its port listens, which is all ``start()`` waits
+    for (a CI run read an empty log: the line came moments later)."""
     forker = cluster._forker.pid  # pylint: disable=protected-access
     pids = cluster.role_pids()
     assert len(pids) == 3 and forker not in pids.values()
     assert {parent_of(pid) for pid in pids.values()} == {forker}
-    for role, index in pids:
+
+    def says_serving(role, index):
         with open(cluster.log_path(role, index)) as f:
-            assert f"{role} {index} serving on" in f.read()
+            return f"{role} {index} serving on" in f.read()
+
+    for role, index in pids:
+        assert wait_until(lambda: says_serving(role, index), 30), (role, index)
 
 
 def test_a_killed_server_reports_its_signal_and_a_restarted_one_serves_again(cluster):
