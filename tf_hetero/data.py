@@ -31,8 +31,8 @@ from typing import Callable
 import numpy as np
 
 
-__all__ = ["Split", "load", "dataset_fn", "without_autotune", "without_autotune_after",
-           "device_datasets_without_autotune", "OFFLINE_DATASETS"]
+__all__ = ["Split", "load", "dataset_fn", "check_per_worker", "without_autotune",
+           "without_autotune_after", "device_datasets_without_autotune", "OFFLINE_DATASETS"]
 
 OFFLINE_DATASETS = ("digits", "mnist1d")
 _DIGITS_PATH = os.path.join(os.path.dirname(__file__), "resources", "digits.npz")
@@ -105,6 +105,14 @@ def load(name: str = "digits", split: str = "train") -> Split:
 PER_WORKER = ("shard", "reshuffle")
 
 
+def check_per_worker(per_worker: str) -> None:
+    """Refuses a ``per_worker`` that is none of :data:`PER_WORKER` (:func:`dataset_fn`, the
+    simulator's learner)."""
+    if per_worker not in PER_WORKER:
+        raise ValueError(f"per_worker={per_worker!r}: use one of "
+                         f"{', '.join(repr(p) for p in PER_WORKER)}.")
+
+
 def dataset_fn(name: str = "digits", batch_size: int = 32, num_workers: int | None = None,
                seed: int = 0, split: str = "train", data: Split | None = None,
                per_worker: str = "shard") -> Callable:
@@ -131,9 +139,7 @@ def dataset_fn(name: str = "digits", batch_size: int = 32, num_workers: int | No
     ...
     ValueError: per_worker='split': use one of 'shard', 'reshuffle'.
     """
-    if per_worker not in PER_WORKER:
-        raise ValueError(f"per_worker={per_worker!r}: use one of "
-                         f"{', '.join(repr(p) for p in PER_WORKER)}.")
+    check_per_worker(per_worker)
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r}: need >= 1.")
     if num_workers is not None and num_workers < 1:

@@ -62,8 +62,7 @@ class Learner:
 
         model = model or ("cnn1d" if dataset == "mnist1d" else "mlp")
         nets.check(model, dataset)
-        if per_worker not in ("shard", "reshuffle"):
-            raise ValueError(f"per_worker={per_worker!r}: use 'shard' or 'reshuffle'.")
+        data.check_per_worker(per_worker)
         train, test = data.load(dataset, "train"), data.load(dataset, "test")
         classes = int(train.y.max()) + 1
         self.net = nets.build(model, dataset, train.x.shape[1:], classes,
