@@ -99,20 +99,18 @@ class Carriers:
             raise ValueError(f"Carriers: workers {self.workers}: need at least one worker, "
                              "each at most once (one carrier per worker).")
         self.signature = output_signature
-        self._flat_specs = tf.nest.flatten(output_signature)
         self._step, self._args, self._ps = step, tuple(args), ps_device
         #: The guard's period; how long a failed collect waits for the carriers to end (so
         #: that none fails after the error reached the caller: its failure would be taken
         #: for the next fit's).
         self.poll_s, self.end_timeout_s = poll_s, end_timeout_s
-        n = len(self.workers)
+        n, specs = len(self.workers), tf.nest.flatten(output_signature)
         with tf.device(ps_device):
             self._token_queues = [tf.queue.FIFOQueue(_TOKEN_CAPACITY, [tf.int64], [[]])
                                   for _ in range(n)]
             self._done = tf.queue.FIFOQueue(
                 _TOKEN_CAPACITY * n, [tf.int64, tf.int64, tf.float64, tf.float64]
-                + [s.dtype for s in self._flat_specs],
-                [[], [], [], []] + [s.shape for s in self._flat_specs])
+                + [s.dtype for s in specs], [[], [], [], []] + [s.shape for s in specs])
             self._handles = tf.stack([q.queue_ref for q in self._token_queues])
         self._carrier = tf.function(self._carrier_fn)
         self._close_fn = _close_function(self._handles, self._done, ps_device)
@@ -124,7 +122,6 @@ class Carriers:
         self._stopping = False
         #: The collect under way: (monotonic bound, count, its timeout, the lanes it waits on).
         self._deadline: tuple | None = None
-        self._guard: threading.Thread | None = None
 
     # ------------------------------------------------------------------ public API
     @property
@@ -155,9 +152,8 @@ class Carriers:
             self._results.append(closure.build_output_remote_value())
             queue.count_pinned(1)  # TF counts no pinned closure: join waits for it
             queue.raw.put(closure, tag=worker)
-        self._guard = threading.Thread(target=_guard_loop, args=(weakref.ref(self),),
-                                       daemon=True, name="tf-hetero-carrier-guard")
-        self._guard.start()
+        threading.Thread(target=_guard_loop, args=(weakref.ref(self),), daemon=True,
+                         name="tf-hetero-carrier-guard").start()
 
     def release(self, tokens: Mapping[int, int]) -> None:
         """Gives lane ``l`` the token ``tokens[l]`` (>= -1), in one function on the PS. A lane
