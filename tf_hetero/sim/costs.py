@@ -24,9 +24,11 @@ step ``setup_s`` after it is called and waits ``epoch_s`` between epochs.
 Under the token launch (``launch="tokens"``, record 0017: one long-running closure per worker
 takes each task as a token from a queue on a PS), a round strategy's task costs the chief
 ``token_task_s`` instead of ``dispatch_s``, and each round's apply ``token_round_s`` more
-(the chief's release of the tokens and its close on the "done" queue); everything else,
-``task_s`` included, is as under closures (an upper bound: a token's task has no closure to
-launch).
+(the chief's release of the tokens and its close on the "done" queue); and the PS holding the
+queues (PS 0, as ``strategies/runtime/carriers.py`` places them) serves each token
+``token_ps_task_s`` (its dequeue and its done record), one at a time with that PS's reads
+and pushes; everything else, ``task_s`` included, is as under closures (an upper bound: a
+token's task has no closure to launch).
 
 The constants are fitted from a measured bench JSON (:mod:`tf_hetero.sim.calibrate`) and
 stored as JSON; :data:`DEFAULT_PATH` is the one shipped (docs/SIMULATOR.md).
@@ -93,6 +95,12 @@ class CostModel:
     #: hops: an upper bound). benchmarks/results/2026-12-07-token-sweep/ (``carrier.py``).
     token_task_s: float = 0.00014
     token_round_s: float = 0.0045
+    #: Token launch: the CPU the PS holding the queues spends per token (the carrier's
+    #: dequeue and its done record: worker <-> PS calls), the slope over 1, 2, 4 and 16 lanes
+    #: of the carriers' PS CPU per round beyond closures' with a sleep-only step (7.7, 11.2,
+    #: 12.5, 31 ms; closures' PS ~3 ms a round at any N). Measured on this 2-core machine,
+    #: so contended, as ``dispatch_s``. benchmarks/results/2026-12-08-carrier-ps-cost/.
+    token_ps_task_s: float = 0.0015
     #: PS service time per byte (FIFO per PS). Not identifiable from a 4-worker run (its PS
     #: never queue): 1 ns/byte, i.e. ~1 GB/s per PS over localhost gRPC, is assumed.
     ps_s_per_byte: float = 1e-9
