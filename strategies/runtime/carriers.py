@@ -3,21 +3,25 @@ long-running closure per worker runs a step for every token it is given, so that
 TensorFlow calls per round are two, whatever the number of workers, instead of one closure
 launch per task (~1.5 ms of the chief's CPU each, record 0017).
 
-A carrier loops on queues that live on a PS task::
+A carrier loops on queues that live on a PS task (lane ``l``'s on PS ``l % P`` of the ``P``
+PS tasks given, all of them by default)::
 
     token = its lane's token queue.dequeue()   # blocks until the chief releases the lane
     if token == STOP: end                      # returns how many steps it ran
     outputs = step(token, *args)               # e.g. a round's task, its task code the token
     done queue.enqueue(lane, token, start, end, *outputs)
 
-One trace serves every worker: the lane is an argument and the lane's queue is gathered from
-the lanes' stacked queue handles. Every op of the step runs after its token was dequeued (a
-control dependency on the dequeue), so a step reads the variables as they were when its
-token was released: the rounds stay exact. The chief per round calls :meth:`Carriers.release`
-(one function on the PS: each lane's token) and :meth:`Carriers.collect` (one dequeue of the
-round's done records). What the chief no longer pays per task, the PS holding the queues
-does: ~1.5 ms of its CPU per token on the 2-core development machine, measured (record
-0017); the queues are to be spread over the PS tasks before ``fit`` uses the carriers.
+One trace per PS task serves every worker whose lane is on it: the lane is an argument and
+the lane's queue is gathered from that PS's stacked queue handles. Every op of the step runs
+after its token was dequeued, so a step reads the variables as they were when its token was
+released: the rounds stay exact. The chief per round calls :meth:`Carriers.release` (one
+function over the PS tasks: each lane's token) and :meth:`Carriers.collect` (a dequeue of
+the round's done records from each PS). What the chief no longer pays per task, the PS holding
+a lane's queues does: ~1.5 ms of its CPU per token on the 2-core development machine
+(record 0017), which is why the lanes are spread over the PS tasks. With more than one PS a
+collect takes every done record out (a first-k-of-N collect would wait on one PS's queue
+while another's records came first): a round that closes on part of its tasks needs
+``ps_devices`` of one PS.
 
 Every wait is bounded. TensorFlow's queue ops have no timeout, so the carriers' guard (a
 thread) closes every queue, which wakes each blocked dequeue with an error, when a collect's
@@ -44,11 +48,12 @@ runtime/test_carriers.py`` runs it)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -74,10 +79,11 @@ class CarrierError(EngineError):
 
 @dataclasses.dataclass(frozen=True)
 class DoneRecords:
-    """What one :meth:`Carriers.collect` took, one entry per step in the order the steps
-    ended: the lane, the token, the worker's ``tf.timestamp()`` at the step's start and end
-    (seconds; one worker's clock, so only differences within a lane are meaningful), and the
-    step's outputs (its output structure, each leaf with the records first)."""
+    """What one :meth:`Carriers.collect` took, one entry per step, PS by PS, in the order
+    each PS's done queue received them: the lane, the token, the worker's ``tf.timestamp()``
+    at the step's start and end (seconds; one worker's clock, so only differences within a
+    lane are meaningful), and the step's outputs (its output structure, each leaf with the
+    records first)."""
 
     lanes: np.ndarray
     tokens: np.ndarray
@@ -89,11 +95,12 @@ class DoneRecords:
 class Carriers:
     """Carriers for ``workers`` (lane ``i`` runs on worker ``workers[i]``) of ``step(token,
     *args)``, a function whose outputs match ``output_signature`` (a structure of
-    ``tf.TensorSpec``); ``args`` may hold per-worker values (a per-worker iterator). The
-    queues live on ``ps_device`` (PS task 0 by default)."""
+    ``tf.TensorSpec``); ``args`` may hold per-worker values (a per-worker iterator). Lane
+    ``l``'s queues live on ``ps_devices[l % len(ps_devices)]`` (default: every PS task of the
+    coordinator's strategy)."""
 
     def __init__(self, coordinator, step, args: tuple = (), *, workers: Iterable[int],
-                 output_signature, ps_device: str = "/job:ps/replica:0/task:0",
+                 output_signature, ps_devices: Sequence[str] | None = None,
                  poll_s: float = 0.05, end_timeout_s: float = 10.0):
         self.coordinator = coordinator
         self.workers = [int(w) for w in workers]
@@ -101,21 +108,29 @@ class Carriers:
             raise ValueError(f"Carriers: workers {self.workers}: need at least one worker, "
                              "each at most once (one carrier per worker).")
         self.signature = output_signature
-        self._step, self._args, self._ps = step, tuple(args), ps_device
+        self._step, self._args = step, tuple(args)
+        if ps_devices is None:
+            count = max(1, tfcompat.strategy.num_ps(coordinator.strategy))
+            ps_devices = [f"/job:ps/replica:0/task:{i}" for i in range(count)]
+        if not ps_devices:
+            raise ValueError("Carriers: ps_devices is empty: give at least one PS task's "
+                             "device, e.g. ['/job:ps/replica:0/task:0'].")
         #: The guard's period; how long a failed collect waits for the carriers to end (so
         #: that none fails after the error reached the caller: its failure would be taken
         #: for the next fit's).
         self.poll_s, self.end_timeout_s = poll_s, end_timeout_s
-        n, specs = len(self.workers), tf.nest.flatten(output_signature)
-        with tf.device(ps_device):
-            self._token_queues = [tf.queue.FIFOQueue(_TOKEN_CAPACITY, [tf.int64], [[]])
-                                  for _ in range(n)]
-            self._done = tf.queue.FIFOQueue(
-                _TOKEN_CAPACITY * n, [tf.int64, tf.int64, tf.float64, tf.float64]
-                + [s.dtype for s in specs], [[], [], [], []] + [s.shape for s in specs])
-            self._handles = tf.stack([q.queue_ref for q in self._token_queues])
-        self._carrier = tf.function(self._carrier_fn)
-        self._close_fn = _close_function(self._handles, self._done, ps_device)
+        n = len(self.workers)
+        devices = list(ps_devices)[:n]  # one shard per PS task that holds lanes
+        self._shards = [_Shard(device, range(p, n, len(devices)), output_signature)
+                        for p, device in enumerate(devices)]
+        self._ps_of = np.arange(n) % len(devices)  # lane -> its shard
+        self._token_queues = [None] * n
+        for shard in self._shards:
+            for lane, queue in zip(shard.lanes, shard.token_queues):
+                self._token_queues[lane] = queue
+        self._carriers = [tf.function(functools.partial(self._carrier_fn, shard))
+                          for shard in self._shards]
+        self._close_fn = _close_function(self._shards)
         self._releases: dict = {}  # lanes released together -> their release function
         self._out = np.zeros(n, np.int64)  # tokens released and not yet collected, per lane
         self._results: list = []  # each carrier's output RemoteValue
@@ -131,9 +146,15 @@ class Carriers:
         return len(self.workers)
 
     @property
+    def ps_devices(self) -> list[str]:
+        """The PS tasks holding lanes' queues: lane ``l``'s is ``ps_devices[l % P]``."""
+        return [shard.device for shard in self._shards]
+
+    @property
     def traces(self) -> int:
-        """How many times the carrier function was traced (one serves every worker)."""
-        return self._carrier.experimental_get_tracing_count()
+        """How many times a carrier function was traced (one per PS task serves every
+        worker whose lane is on it)."""
+        return sum(c.experimental_get_tracing_count() for c in self._carriers)
 
     @property
     def error(self) -> CarrierError | None:
@@ -141,16 +162,19 @@ class Carriers:
         return self._error
 
     def start(self) -> None:
-        """Puts one carrier on each worker's own queue (one trace for all of them)."""
+        """Puts one carrier on each worker's own queue (one trace per PS task)."""
         if self._results:
             raise ValueError("Carriers.start: the carriers already run; stop() ends them.")
         queue = tfcompat.coordinator.queue_of(self.coordinator)
         strategy = self.coordinator.strategy
         for lane, worker in enumerate(self.workers):
-            args = (tf.constant(lane, tf.int64), self._handles) + self._args
+            shard = self._shards[self._ps_of[lane]]
+            slot = lane // len(self._shards)  # its place among its shard's lanes
+            args = (tf.constant(lane, tf.int64), tf.constant(slot, tf.int64),
+                    shard.handles) + self._args
             with strategy.scope(), patch_lock, tfcompat.coordinator.being_scheduled(strategy):
                 closure = tfcompat.coordinator.Closure(
-                    self._carrier, queue.cancellation_manager, args=args)
+                    self._carriers[self._ps_of[lane]], queue.cancellation_manager, args=args)
             self._results.append(closure.build_output_remote_value())
             queue.count_pinned(1)  # TF counts no pinned closure: join waits for it
             queue.raw.put(closure, tag=worker)
@@ -158,8 +182,8 @@ class Carriers:
                          name="tf-hetero-carrier-guard").start()
 
     def release(self, tokens: Mapping[int, int]) -> None:
-        """Gives lane ``l`` the token ``tokens[l]`` (>= -1), in one function on the PS. A lane
-        holds one token at a time: collect its done record before its next token."""
+        """Gives lane ``l`` the token ``tokens[l]`` (>= -1), in one function over their PS
+        tasks. A lane holds one token at a time: collect its done record before its next."""
         self._raise_if_stopped()
         lanes = np.fromiter(tokens.keys(), np.int64, len(tokens))
         values = np.fromiter(tokens.values(), np.int64, len(tokens))
@@ -179,12 +203,23 @@ class Carriers:
         self._out[lanes] += 1
 
     def collect(self, count: int, timeout_s: float) -> DoneRecords:
-        """The next ``count`` done records, waiting at most ``timeout_s`` for them."""
+        """The next ``count`` done records, waiting at most ``timeout_s`` for them (with the
+        queues on several PS tasks: every record out, ``count`` their number)."""
         self._raise_if_stopped()
         out = int(self._out.sum())
         if not 0 < count <= out:
             raise ValueError(f"Carriers.collect({count}): {out} token(s) are out; collect "
                              "between 1 and that many.")
+        if count < out and len(self._shards) > 1:
+            raise ValueError(
+                f"Carriers.collect({count}): {out} token(s) are out on {len(self._shards)} PS "
+                "tasks, and a collect of some of them would wait on one PS's queue while "
+                "another's records came first. Fix: collect all of them, or give the "
+                "carriers ps_devices of one PS task.")
+        counts = np.bincount(self._ps_of, weights=self._out,
+                             minlength=len(self._shards)).astype(np.int64)
+        if len(self._shards) == 1:
+            counts[0] = count
         with self._lock:  # the guard words it only if the bound passes (O(N) to word)
             self._deadline = (time.monotonic() + timeout_s, count, timeout_s,
                               np.flatnonzero(self._out))
@@ -192,7 +227,8 @@ class Carriers:
             # On an executor of its own: a dequeue blocking on the default one keeps every
             # closure from ending, the carriers' own (tfcompat.coordinator.own_executor).
             with tfcompat.coordinator.own_executor():
-                values = self._done.dequeue_many(count)
+                parts = [shard.done.dequeue_many(int(k))
+                         for shard, k in zip(self._shards, counts) if k]
         except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as e:
             self.abort(CarrierError(f"Carriers.collect: the done queue was closed "
                                     f"({e.message})"))  # no-op after the guard's abort
@@ -201,11 +237,12 @@ class Carriers:
         finally:
             with self._lock:
                 self._deadline = None
-        lanes = values[0].numpy()
+        values = [np.concatenate([part[i].numpy() for part in parts])
+                  for i in range(len(parts[0]))]
+        lanes = values[0]
         np.subtract.at(self._out, lanes, 1)
-        outputs = tf.nest.pack_sequence_as(self.signature, [v.numpy() for v in values[4:]])
-        return DoneRecords(lanes, values[1].numpy(), values[2].numpy(), values[3].numpy(),
-                           outputs)
+        outputs = tf.nest.pack_sequence_as(self.signature, values[4:])
+        return DoneRecords(lanes, values[1], values[2], values[3], outputs)
 
     def stop(self, timeout_s: float) -> np.ndarray:
         """Ends every carrier (a stop token to each lane; a step under way ends first; done
@@ -271,26 +308,26 @@ class Carriers:
 
     def _release_for(self, lanes: tuple):
         """The function enqueueing one token to each of ``lanes`` (traced once per set of
-        lanes released together: a fit's rounds use one or a few). The enqueues are unrolled
-        on the captured queues: a ``tf.range`` loop gathering each lane's handle took 16 ms
-        a round on the PS at 4 lanes, 8 ms of it the chief's CPU."""
+        lanes released together: a fit's rounds use one or a few), each on its lane's PS.
+        The enqueues are unrolled on the captured queues: a ``tf.range`` loop gathering each
+        lane's handle took 16 ms a round on the PS at 4 lanes, 8 ms of it the chief's CPU."""
         fn = self._releases.get(lanes)
         if fn is None:
-            queues = [self._token_queues[lane] for lane in lanes]
-            ps = self._ps
+            queues = [(self._shards[self._ps_of[lane]].device, self._token_queues[lane])
+                      for lane in lanes]
 
             @tf.function(input_signature=[tf.TensorSpec([len(lanes)], tf.int64)])
             def fn(tokens):
-                with tf.device(ps):
-                    for k, queue in enumerate(queues):
+                for k, (device, queue) in enumerate(queues):
+                    with tf.device(device):
                         queue.enqueue(tokens[k])
 
             self._releases[lanes] = fn
         return fn
 
-    def _carrier_fn(self, lane, handles, *args):
-        with tf.device(self._ps):
-            queue = tf.gather(handles, lane)
+    def _carrier_fn(self, shard, lane, slot, handles, *args):
+        with tf.device(shard.device):
+            queue = tf.gather(handles, slot)
         steps = tf.constant(0, tf.int64)
         while tf.constant(True):
             # One iteration at a time, the next dequeue after this step's done record: by
@@ -302,14 +339,17 @@ class Carriers:
             if token == STOP:
                 break
             # Every op of the step after the dequeue: a read of the model before its token
-            # would see the weights before the last round's apply.
+            # would see the weights before the last round's apply. (The break above orders
+            # them already: what follows it runs in a cond on the token. Measured: the
+            # exactness test passes without this dependency, the step a function or not.)
             with tf.control_dependencies([token]):
                 started = tf.timestamp()
                 outputs = self._step(token, *args)
             flat = [tf.convert_to_tensor(o) for o in tf.nest.flatten(outputs)]
             with tf.control_dependencies(flat):
                 ended = tf.timestamp()
-            pushed = self._done.enqueue([lane, token, started, ended] + flat)
+            with tf.device(shard.device):
+                pushed = shard.done.enqueue([lane, token, started, ended] + flat)
             with tf.control_dependencies([pushed]):
                 steps = steps + 1
         return steps
@@ -376,16 +416,34 @@ def _guard_loop(ref) -> None:
         time.sleep(poll)
 
 
-def _close_function(handles, done, ps_device):
-    """``close()``: closes the done queue and every token queue, cancelling pending
+class _Shard:
+    """One PS task's part of the carriers: its lanes' token queues (their handles stacked,
+    for a carrier to gather its own) and the done queue its lanes' carriers fill."""
+
+    def __init__(self, device: str, lanes: Iterable[int], signature):
+        self.device, self.lanes = device, list(lanes)
+        specs = tf.nest.flatten(signature)
+        with tf.device(device):
+            self.token_queues = [tf.queue.FIFOQueue(_TOKEN_CAPACITY, [tf.int64], [[]])
+                                 for _ in self.lanes]
+            self.done = tf.queue.FIFOQueue(
+                _TOKEN_CAPACITY * len(self.lanes), [tf.int64, tf.int64, tf.float64, tf.float64]
+                + [s.dtype for s in specs], [[], [], [], []] + [s.shape for s in specs])
+            self.handles = tf.stack([q.queue_ref for q in self.token_queues])
+
+
+def _close_function(shards):
+    """``close()``: closes every shard's done queue and token queues, cancelling pending
     enqueues (each blocked dequeue then fails); its trace does not grow with the lanes."""
 
     @tf.function(input_signature=[])
     def close():
-        with tf.device(ps_device):
-            done.close(cancel_pending_enqueues=True)
-            for i in tf.range(tf.shape(handles, out_type=tf.int64)[0]):
-                tf.raw_ops.QueueCloseV2(handle=tf.gather(handles, i),
-                                        cancel_pending_enqueues=True)
+        for shard in shards:
+            with tf.device(shard.device):
+                shard.done.close(cancel_pending_enqueues=True)
+                handles = shard.handles
+                for i in tf.range(tf.shape(handles, out_type=tf.int64)[0]):
+                    tf.raw_ops.QueueCloseV2(handle=tf.gather(handles, i),
+                                            cancel_pending_enqueues=True)
 
     return close

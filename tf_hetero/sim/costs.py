@@ -24,10 +24,10 @@ step ``setup_s`` after it is called and waits ``epoch_s`` between epochs.
 Under the token launch (``launch="tokens"``, record 0017: one long-running closure per worker
 takes each task as a token from a queue on a PS), a round strategy's task costs the chief
 ``token_task_s`` instead of ``dispatch_s``, and each round's apply ``token_round_s`` more
-(the chief's release of the tokens and its close on the "done" queue); and the PS holding the
-queues (PS 0, as ``strategies/runtime/carriers.py`` places them) serves each token
-``token_ps_task_s`` (its dequeue and its done record), one at a time with that PS's reads
-and pushes; everything else, ``task_s`` included, is as under closures (an upper bound: a
+(the chief's release of the tokens and its close on the "done" queues); and the PS holding
+worker w's queues (PS ``w % num_ps``, as ``strategies/runtime/carriers.py`` places them)
+serves each of its tokens ``token_ps_task_s`` (its dequeue and its done record), one at a
+time with that PS's reads and pushes; everything else, ``task_s`` included, is as under closures (an upper bound: a
 token's task has no closure to launch).
 
 The constants are fitted from a measured bench JSON (:mod:`tf_hetero.sim.calibrate`) and

@@ -71,8 +71,9 @@ class SimDispatcher:
       launch: ``"closures"`` (the chief launches each task's closure, ``dispatch_s``) or
         ``"tokens"`` (each task is a token to its worker's long-running closure:
         ``token_task_s`` of the chief per task, ``token_round_s`` per apply,
-        ``token_ps_task_s`` of PS 0's service per task, where the carriers keep the queues;
-        engine-path rounds only, :class:`~tf_hetero.sim.run.Simulation` checks).
+        ``token_ps_task_s`` of the service of worker w's PS ``w % num_ps``, where the
+        carriers keep its lane's queues; engine-path rounds only,
+        :class:`~tf_hetero.sim.run.Simulation` checks).
     """
 
     def __init__(self, loop, costs, profile, num_workers: int, num_ps: int = 2, *,
@@ -87,7 +88,7 @@ class SimDispatcher:
         #: What the chief pays to start one engine task, and each apply beyond its own cost.
         self._task_launch_s = costs.token_task_s if tokens else costs.dispatch_s
         self._round_launch_s = costs.token_round_s if tokens else 0.0
-        #: What the PS holding the token queues serves per task (PS 0, as the carriers).
+        #: What the PS holding a lane's token queues serves per task (as the carriers).
         self._token_ps_s = costs.token_ps_task_s if tokens else 0.0
 
         self.loop, self.costs = loop, costs
@@ -153,9 +154,10 @@ class SimDispatcher:
         self._chief_free = start + (self._task_launch_s if self.engine_path
                                     else self.costs.dispatch_s)
         begin = self._chief_free
-        if self._token_ps_s and self.engine_path:  # the token's way through its queue's PS
-            self._ps_free[0] = max(self._ps_free[0], begin) + self._token_ps_s
-            begin = self._ps_free[0]
+        if self._token_ps_s and self.engine_path:  # the token's way through its lane's PS
+            p = worker % self.num_ps  # the carriers' layout: lane l's queues on PS l % P
+            self._ps_free[p] = max(self._ps_free[p], begin) + self._token_ps_s
+            begin = self._ps_free[p]
         self.loop.at(begin, self._begin, worker, closure)
 
     def _begin(self, worker, c):

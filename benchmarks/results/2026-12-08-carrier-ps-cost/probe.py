@@ -3,6 +3,7 @@ of N workers and 1 PS, each process role's CPU per round beside the round. LIGHT
 only sleeps SLEEP_US (no model), so what a round costs beyond it is the launch's own.
 BUFFERED=1: each round releases two tokens per lane, the second while the carriers are busy.
 VARIANT=variant_pack (or variant_exchange): that module's carrier timed beside the library's.
+PS=2: two PS tasks (the lanes' queues spread over them; ONE_PS=1: all on PS 0).
     LIGHT=1 MP=1 .venv/bin/python probe.py N ROUNDS SLEEP_US
 (PYTHONPATH=the repository's root). Frozen at the commit of this folder's README (a copy of
 ../2026-12-07-carriers/probe.py with the role CPU, LIGHT and BUFFERED)."""
@@ -15,7 +16,8 @@ import tf_keras as keras
 import tf_hetero
 from tf_hetero.emulation.sleep import sleep_op
 from tf_hetero.strategies.runtime.carriers import Carriers
-c = tf_hetero.LocalCluster(N, 1, processes=os.environ.get("MP") == "1").start()
+PS = int(os.environ.get("PS", "1"))
+c = tf_hetero.LocalCluster(N, PS, processes=os.environ.get("MP") == "1").start()
 strategy = tf.distribute.ParameterServerStrategy(c.resolver)
 coord = tf.distribute.coordinator.ClusterCoordinator(strategy)
 with strategy.scope():
@@ -66,10 +68,15 @@ if VARIANT:
     Variant = getattr(mod, "Xchg", None) or mod.Pack
 
 
+ONE_PS = os.environ.get("ONE_PS") == "1"  # every queue on PS 0 (as before 2026-12-08)
+PER_PS = []
+
+
 def token_rounds(rounds, cls=Carriers):
     """Carriers made and started (traced) once per call, as once per fit; two rounds run
     before the timed ones, as closure_rounds' functions are traced by the warm-up."""
-    car = cls(coord, token_step, (it,), workers=range(N), output_signature=tf.TensorSpec([], tf.float32))
+    car = cls(coord, token_step, (it,), workers=range(N), output_signature=tf.TensorSpec([], tf.float32),
+              ps_devices=["/job:ps/replica:0/task:0"] if ONE_PS else None)
     car.start()
     def run(k, r0):
         for r in range(r0, r0 + k):
@@ -99,6 +106,9 @@ def token_rounds(rounds, cls=Carriers):
     m0 = METER.snapshot()
     run(rounds, 2)
     cpu = METER.since(m0)
+    m1 = METER.snapshot()["ticks"]
+    PER_PS.append(sorted(round((m1[p] - m0["ticks"][p]) / os.sysconf("SC_CLK_TCK") / rounds * 1e3, 2)
+                         for p, role in METER.roles.items() if role == "ps"))
     t = _since(t, rounds)
     ROLE.append({k: round(v / rounds * 1e3, 2) for k, v in cpu["cpu_s"].items()} | {"busy": cpu["machine_busy"]})
     steps = car.stop(timeout_s=120)
@@ -145,6 +155,7 @@ for k in range(2):
         res[f"variant{k}"] = timed(lambda r: token_rounds(r, Variant), R)
     res[f"closures{k}"] = timed(closure_rounds, R)
 res["role_cpu_ms_per_round"] = ROLE
+res["each_ps_cpu_ms_per_round"] = PER_PS
 res["closures_role_cpu_ms_per_round"] = CROLE
 res["parts_release_collect_apply_wall_cpu_ms"] = [round(float(x), 2) for x in np.median(np.array(PARTS), 0)]
 print(json.dumps(res), flush=True)

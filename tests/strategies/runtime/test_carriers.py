@@ -14,6 +14,7 @@ from tf_hetero.strategies.runtime.carriers import CarrierError, Carriers
 pytestmark = pytest.mark.cluster
 
 N, ROUNDS = 3, 6
+PS0 = "/job:ps/replica:0/task:0"
 
 
 def _coordinator(cluster, name):
@@ -37,7 +38,8 @@ def test_rounds_through_carriers_are_exact_and_each_step_reads_the_released_weig
     chief writing the model between rounds (as a round's apply does): every step reads the
     model as the chief left it before its token (``seen`` is the round; a read made before
     the token's dequeue sees the round before), reads its own worker's data once, and
-    pushes exactly once (the accumulator's closed form). One trace serves every worker;
+    pushes exactly once (the accumulator's closed form). The lanes' queues are spread over
+    the cluster's two PS tasks, one trace per PS serving its lanes' workers;
     ``stop`` ends each carrier after ROUNDS steps and leaves nothing in flight. A stock PSS
     coordinator and tf-hetero's (whose worker hooks see the carriers as closures of no
     task)."""
@@ -67,6 +69,9 @@ def test_rounds_through_carriers_are_exact_and_each_step_reads_the_released_weig
             carriers.release(tokens)
         with pytest.raises(ValueError, match=r"collect\(4\): 3 token\(s\) are out"):
             carriers.collect(N + 1, timeout_s=60)
+        with pytest.raises(ValueError, match=r"collect\(2\): 3 token\(s\) are out on 2 PS "
+                                             r"tasks.*Fix: collect all of them"):
+            carriers.collect(N - 1, timeout_s=60)  # lanes 0 and 2 on PS 0, lane 1 on PS 1
         done = carriers.collect(N, timeout_s=60)
         assert sorted(done.lanes.tolist()) == list(range(N))
         assert [tokens[lane] for lane in done.lanes] == done.tokens.tolist()
@@ -77,7 +82,7 @@ def test_rounds_through_carriers_are_exact_and_each_step_reads_the_released_weig
         model.assign_add(1)  # the round's "apply", before the next release
     assert int(acc.numpy()) == expected
     assert carriers.stop(timeout_s=60).tolist() == [ROUNDS] * N
-    assert carriers.traces == 1
+    assert carriers.traces == len(carriers.ps_devices) == 2  # one per PS task
     coordinator.join()  # nothing in flight: returns at once
 
 
@@ -111,7 +116,8 @@ def test_a_step_that_raises_ends_the_collect_with_which_carrier_ended_and_why(cl
     assert float(coordinator.schedule(tf.function(lambda: tf.constant(2.0))).fetch()) == 2.0
 
 
-def test_a_collect_waits_no_longer_than_its_bound(cluster):
+@pytest.mark.parametrize("one_ps", [True, False])
+def test_a_collect_waits_no_longer_than_its_bound(cluster, one_ps):
     """A step that does not end (it waits on a gate the test holds): the collect raises at
     its bound, naming the lanes it waited for, and closes the carriers' queues, so the
     other carriers end; the held one ends once its step returns, and ``join`` then raises
@@ -129,7 +135,8 @@ def test_a_collect_waits_no_longer_than_its_bound(cluster):
 
     data = iter(coordinator.create_per_worker_dataset(lambda: tf.data.Dataset.range(10**6)))
     carriers = Carriers(coordinator, step, (data,), workers=range(N),
-                        output_signature=_signature(), end_timeout_s=0.5)
+                        output_signature=_signature(), end_timeout_s=0.5,
+                        ps_devices=[PS0] if one_ps else None)
     carriers.start()
     carriers.release({0: 7, 1: 1, 2: 2})
     with pytest.raises(CarrierError, match=r"no 3 done record\(s\) of lanes \[0, 1, 2\] "
