@@ -48,7 +48,7 @@ from tf_hetero.engine.books import Books
 from tf_hetero.engine.cycle import RoundCycle
 from tf_hetero.engine.faults import Faults
 from tf_hetero.engine.guard import DivergenceGuard, diverged
-from tf_hetero.engine.state import Book, Round, RoundKind, Task, TaskState
+from tf_hetero.engine.state import Book, Round, RoundKind, RunningTasks, Task, TaskState
 
 __all__ = ["RoundEngine", "EngineError"]
 
@@ -142,7 +142,7 @@ class RoundEngine(Faults, RoundCycle):
         self._next_task = 0
         self._next_round = 0
         self.rounds: list[Round] = []
-        self._running: dict[int, set] = {w: set() for w in range(num_workers)}
+        self._running = RunningTasks(num_workers)
         #: Absorbed steps (``Round.absorbed``) by the task whose end ends them.
         self._echoes: dict[Task, list] = {}
         self.absorbed_steps = 0  # steps ever absorbed (progress counts them as done)
@@ -316,12 +316,12 @@ class RoundEngine(Faults, RoundCycle):
         """A worker thread starts ``task``. Returns False if it is stale (its round closed)."""
         with self._lock:
             for previous in {task.pinned, task.worker} - {worker, None}:
-                self._running[previous].discard(task)  # moved here after a worker failure
+                self._running.discard(previous, task)  # moved here after a worker failure
             first_lane = task.lane_id if task.state == S.RUNNING else None
             task.rerun = task.rerun or first_lane is not None
             task.worker, task.t_start, task.state = worker, self.clock(), S.RUNNING
             task.version_at_start = self.version
-            self._running[worker].add(task)
+            self._running.add(worker, task)
             task.stale = task.round is not None and self.rounds[task.round].closed
             lanes.on_start(self, task, worker, first_lane)  # the lane it writes
             if task.round is not None and not task.stale:
@@ -333,7 +333,7 @@ class RoundEngine(Faults, RoundCycle):
         """``task`` finished successfully on ``worker``."""
         with self._lock, self._reporting():
             task.t_end = self.clock()
-            self._running[worker].discard(task)
+            self._running.discard(worker, task)
             self._echoes.pop(task, None)  # the dispatcher gave them its result
             self.clocks[worker] += 1
             if task.round is None:  # async: applied by the task itself
@@ -463,7 +463,7 @@ class RoundEngine(Faults, RoundCycle):
     def dispatch(self, task: Task, worker: int, round_id: int | None) -> None:
         """Hands ``task`` to ``worker`` (counted as running there from now on)."""
         task.pinned, task.state = worker, S.DISPATCHED
-        self._running[worker].add(task)
+        self._running.add(worker, task)
         self.dispatcher.dispatch(task, worker, round_id)
 
     def close(self, rnd: Round) -> None:

@@ -39,7 +39,7 @@ from typing import Any, Callable
 from tf_hetero.engine import lanes
 from tf_hetero.engine.api import Pulled, RoundContext
 from tf_hetero.engine.books import Books
-from tf_hetero.engine.state import Book, Round, RoundKind, TaskState
+from tf_hetero.engine.state import Book, Round, RoundKind, RunningTasks, TaskState
 
 __all__ = ["RoundCycle"]
 
@@ -69,6 +69,7 @@ class RoundCycle:
     _flushing: bool
     _echoes: dict
     _live: set
+    _running: RunningTasks
     _gate_free: bool
     _async_depth: int
     _last_plan: Any
@@ -143,9 +144,13 @@ class RoundCycle:
         # The clocks count finished tasks, and no task finishes inside a pump (a dispatch
         # calls no engine method): the gate's answer holds for the whole pump.
         refused = self._refused(self.clocks)
-        # Up to the depth, one task per worker per pass: the least advanced workers first.
-        for _ in range(self._async_depth):
-            for w in sorted(self._live, key=lambda w: self.clocks[w]):
+        # Up to the depth, one task per worker per pass: the least advanced workers first
+        # (ties: the lowest index). At depth 1 only a free worker has room, and the free
+        # ones are kept as tasks come and go: a pump looks at them, not at every worker.
+        depth = self._async_depth
+        for _ in range(depth):
+            room = self._running.free & self._live if depth == 1 else self._live
+            for w in sorted(room, key=lambda w: (self.clocks[w], w)):
                 if not self._pending or self._pending[0].kind != "step":
                     return 0 if self._pending else 1
                 if len(self.running(w)) >= self._async_depth or w in refused:

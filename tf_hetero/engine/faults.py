@@ -44,7 +44,7 @@ class Faults:
         running, its worker would stay busy and the next fit never idle (CI: a grouped fit
         after a failed one stalled 600 s)."""
         with self._lock:
-            self._running[worker].discard(task)
+            self._running.discard(worker, task)
             self.fail(error, since=since)
             if self._error is None:  # an echo: the worker is free for the current fit
                 self._pump()
@@ -140,8 +140,7 @@ class Faults:
             book.open = book.applying = book.queued = None
         for c in self.components:
             c.on_fail()
-        for tasks in self._running.values():
-            tasks.clear()
+        self._running.clear()
         self._changed.notify_all()
 
     def raise_if_error(self) -> None:
