@@ -28,17 +28,23 @@ wheel: $(STAMP)
 		|| { cat dist/wheel.log; exit 1; }
 	@ls dist/tf_hetero-*.whl
 
+# Tests write bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE=1 on
+# the development machine): each xdist worker otherwise rewrote and compiled every test
+# module's asserts at each run (~3.4 s of a collection), and every server process compiled
+# the package again. make test-fast: 28.7-32.9 s -> 22.6-25.1 s once the caches exist.
+PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+
 # Every test, on both cores (pytest-xdist): the tests that run TensorFlow servers inside the
 # test process (the shared in-process cluster, tests/conftest.py) all go to one worker, in
 # order; every other module goes whole to whichever worker is free.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
+	$(PYTEST) -q -n 2 --dist loadgroup --durations=25
 
 # The pure tests, whole modules to whichever worker is free, and every test that imports
 # TensorFlow (marked `tensorflow`) on one of them: collection imports none (tests/support's
 # LazyModule), so the other worker never pays TensorFlow's import.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not cluster and not slow"
+	$(PYTEST) -q -n 2 --dist loadgroup -m "not cluster and not slow"
 
 bench-emulation: $(STAMP)
 	$(BIN)/python benchmarks/emulation.py
