@@ -48,6 +48,7 @@ from tf_hetero.engine.books import Books
 from tf_hetero.engine.cycle import RoundCycle
 from tf_hetero.engine.faults import Faults
 from tf_hetero.engine.guard import DivergenceGuard, diverged
+from tf_hetero.engine.lock import CountingRLock
 from tf_hetero.engine.state import Book, Round, RoundKind, RunningTasks, Task, TaskState
 
 __all__ = ["RoundEngine", "EngineError"]
@@ -57,35 +58,6 @@ S = TaskState
 
 class EngineError(RuntimeError):
     """The engine cannot go on (a task failed for a reason other than a lost worker)."""
-
-
-class CountingRLock:
-    """The engine's one lock: a re-entrant lock that counts how often it was taken
-    (``taken``), so the engine knows in O(1) that no event came since it last looked
-    (:meth:`RoundCycle._waits_for_more`). Its ``threading.Condition`` is made on
-    ``inner``; a wait's re-acquisition is not counted (no engine state changes after one).
-
-    >>> lock = CountingRLock()
-    >>> with lock:
-    ...     with lock:
-    ...         pass
-    >>> lock.taken
-    2
-    """
-
-    __slots__ = ("inner", "taken")
-
-    def __init__(self):
-        self.inner = threading.RLock()
-        self.taken = 0
-
-    def __enter__(self):
-        self.inner.acquire()
-        self.taken += 1
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.inner.release()
 
 
 class RoundEngine(Faults, RoundCycle):
