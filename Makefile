@@ -31,7 +31,7 @@ wheel: $(STAMP)
 # Tests write bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE=1 on
 # the development machine): each xdist worker otherwise rewrote and compiled every test
 # module's asserts at each run (~3.4 s of a collection), and every server process compiled
-# the package again. make test-fast: 28.7-32.9 s -> 22.6-25.1 s once the caches exist.
+# the package again. make test-fast: 28.7-32.9 s -> 20.9-25.1 s once the caches exist.
 PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
 # Every test, on both cores (pytest-xdist): the tests that run TensorFlow servers inside the

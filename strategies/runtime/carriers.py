@@ -124,10 +124,6 @@ class Carriers:
         self._shards = [_Shard(device, range(p, n, len(devices)), output_signature)
                         for p, device in enumerate(devices)]
         self._ps_of = np.arange(n) % len(devices)  # lane -> its shard
-        self._token_queues = [None] * n
-        for shard in self._shards:
-            for lane, queue in zip(shard.lanes, shard.token_queues):
-                self._token_queues[lane] = queue
         self._carriers = [tf.function(functools.partial(self._carrier_fn, shard))
                           for shard in self._shards]
         self._close_fn = _close_function(self._shards)
@@ -168,8 +164,7 @@ class Carriers:
         queue = tfcompat.coordinator.queue_of(self.coordinator)
         strategy = self.coordinator.strategy
         for lane, worker in enumerate(self.workers):
-            shard = self._shards[self._ps_of[lane]]
-            slot = lane // len(self._shards)  # its place among its shard's lanes
+            shard, slot = self._place(lane)
             args = (tf.constant(lane, tf.int64), tf.constant(slot, tf.int64),
                     shard.handles) + self._args
             with strategy.scope(), patch_lock, tfcompat.coordinator.being_scheduled(strategy):
@@ -306,6 +301,10 @@ class Carriers:
         return (f"lanes {lanes[:shown]}{more} (workers "
                 f"{[self.workers[i] for i in lanes[:shown]]}{more})")
 
+    def _place(self, lane: int) -> tuple:
+        """Lane ``lane``'s shard and its place among the shard's lanes (lanes p, p + P, ...)."""
+        return self._shards[self._ps_of[lane]], lane // len(self._shards)
+
     def _release_for(self, lanes: tuple):
         """The function enqueueing one token to each of ``lanes`` (traced once per set of
         lanes released together: a fit's rounds use one or a few), each on its lane's PS.
@@ -313,8 +312,8 @@ class Carriers:
         lane's handle took 16 ms a round on the PS at 4 lanes, 8 ms of it the chief's CPU."""
         fn = self._releases.get(lanes)
         if fn is None:
-            queues = [(self._shards[self._ps_of[lane]].device, self._token_queues[lane])
-                      for lane in lanes]
+            queues = [(shard.device, shard.token_queues[slot])
+                      for shard, slot in map(self._place, lanes)]
 
             @tf.function(input_signature=[tf.TensorSpec([len(lanes)], tf.int64)])
             def fn(tokens):

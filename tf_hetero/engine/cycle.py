@@ -153,7 +153,7 @@ class RoundCycle:
             for w in sorted(room, key=lambda w: (self.clocks[w], w)):
                 if not self._pending or self._pending[0].kind != "step":
                     return 0 if self._pending else 1
-                if len(self.running(w)) >= self._async_depth or w in refused:
+                if len(self.running(w)) >= depth or w in refused:
                     continue
                 self.dispatch(self._take_pending(), w, None)
         return math.inf if self._pending else 1

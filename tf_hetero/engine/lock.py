@@ -1,12 +1,4 @@
-"""The engine's lock: re-entrant, and counting how often it was taken.
-
->>> lock = CountingRLock()
->>> with lock:
-...     with lock:
-...         pass
->>> lock.taken
-2
-"""
+"""The engine's lock: re-entrant, and counting how often it was taken."""
 
 from __future__ import annotations
 

@@ -31,7 +31,8 @@ import dataclasses
 import enum
 from typing import Any
 
-__all__ = ["TaskState", "RoundKind", "Task", "Round", "Book", "RunningTasks", "PUSH_OLD", "PUSH_ALL"]
+__all__ = ["TaskState", "RoundKind", "Task", "Round", "Book", "RunningTasks", "PUSH_OLD",
+           "PUSH_ALL"]
 
 #: Local accumulation (H-PS): a task's push flags. ``PUSH_OLD``: before its own gradient is
 #: in, push what its worker holds locally (so the push overlaps the task's compute);

@@ -27,8 +27,8 @@ takes each task as a token from a queue on a PS), a round strategy's task costs 
 (the chief's release of the tokens and its close on the "done" queues); and the PS holding
 worker w's queues (PS ``w % num_ps``, as ``strategies/runtime/carriers.py`` places them)
 serves each of its tokens ``token_ps_task_s`` (its dequeue and its done record), one at a
-time with that PS's reads and pushes; everything else, ``task_s`` included, is as under closures (an upper bound: a
-token's task has no closure to launch).
+time with that PS's reads and pushes; everything else, ``task_s`` included, is as under
+closures (an upper bound: a token's task has no closure to launch).
 
 The constants are fitted from a measured bench JSON (:mod:`tf_hetero.sim.calibrate`) and
 stored as JSON; :data:`DEFAULT_PATH` is the one shipped (docs/SIMULATOR.md).

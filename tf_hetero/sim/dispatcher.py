@@ -155,9 +155,8 @@ class SimDispatcher:
                                     else self.costs.dispatch_s)
         begin = self._chief_free
         if self._token_ps_s and self.engine_path:  # the token's way through its lane's PS
-            p = worker % self.num_ps  # the carriers' layout: lane l's queues on PS l % P
-            self._ps_free[p] = max(self._ps_free[p], begin) + self._token_ps_s
-            begin = self._ps_free[p]
+            # the carriers' layout: lane l's queues on PS l % P
+            begin = self._serve(worker % self.num_ps, begin, self._token_ps_s)
         self.loop.at(begin, self._begin, worker, closure)
 
     def _begin(self, worker, c):
@@ -204,6 +203,12 @@ class SimDispatcher:
             return task.size * self.granule
         return task.size * self.k * self.batch_size
 
+    def _serve(self, p: int, at: float, seconds: float) -> float:
+        """PS ``p`` (a FIFO server) serves ``seconds`` of work arriving at ``at``; returns
+        when it is done."""
+        self._ps_free[p] = max(self._ps_free[p], at) + seconds
+        return self._ps_free[p]
+
     def _ps_s(self, nbytes: float) -> float:
         """Wait plus service of ``nbytes`` spread over the PS (each a FIFO server)."""
         if not nbytes:
@@ -211,8 +216,7 @@ class SimDispatcher:
         now, per_ps = self.loop.now, nbytes / self.num_ps * self.costs.ps_s_per_byte
         done = now
         for p in range(self.num_ps):
-            self._ps_free[p] = max(self._ps_free[p], now) + per_ps
-            done = max(done, self._ps_free[p])
+            done = max(done, self._serve(p, now, per_ps))
         return done - now
 
     def _step_s(self, worker, task) -> float:

@@ -534,4 +534,3 @@ def own_executor() -> Iterator[None]:
 
     with context.executor_scope(executor.new_executor(enable_async=False)):
         yield
-
